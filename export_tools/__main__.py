@@ -1,0 +1,5 @@
+import sys
+
+from export_tools.cli import main
+
+sys.exit(main())

@@ -1,0 +1,73 @@
+// CompressedEmbeddingLookup: validate, allocate, run the selected kernel.
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernel_api.h"
+#include "kernels/op_util.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/platform/errors.h"
+
+namespace tfce {
+namespace {
+
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+class CompressedEmbeddingLookupOp : public OpKernel {
+ public:
+  explicit CompressedEmbeddingLookupOp(OpKernelConstruction* ctx)
+      : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, GetKernels(&kernels_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& table = ctx->input(0);
+    const Tensor& scales = ctx->input(1);
+    const Tensor& ids = ctx->input(2);
+
+    TableView view;
+    OP_REQUIRES_OK(ctx, MakeTableView(table, scales, &view));
+
+    TensorShape out_shape = ids.shape();
+    OP_REQUIRES_OK(ctx, out_shape.AddDimWithStatus(view.dim));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
+    const int64_t num_ids = ids.NumElements();
+    if (num_ids == 0) return;
+    if (view.dim == 0) {  // nothing to decode, but bad ids are still errors
+      OP_REQUIRES_OK(ctx, CheckIds(ids, view.rows, nullptr));
+      return;
+    }
+
+    LookupArgs args;
+    args.table = view;
+    args.ids = IdsView{ids.data(), ids.dtype() == tensorflow::DT_INT64};
+    args.out = out->flat<float>().data();
+    std::atomic<bool> ok(true);
+    const LookupFn lookup = kernels_->lookup;
+    ParallelRun(ctx, num_ids, /*cost_per_unit=*/view.dim * 2 + 20,
+                [&args, &ok, lookup](int64_t begin, int64_t end) {
+                  LookupArgs shard = args;
+                  shard.begin = begin;
+                  shard.end = end;
+                  if (!lookup(shard)) ok.store(false);
+                });
+    if (!ok.load()) ctx->CtxFailure(BadIdError(ids, view.rows, nullptr));
+  }
+
+ private:
+  const KernelSet* kernels_ = nullptr;
+};
+
+REGISTER_KERNEL_BUILDER(
+    Name("CompressedEmbeddingLookup").Device(tensorflow::DEVICE_CPU),
+    CompressedEmbeddingLookupOp);
+
+}  // namespace
+}  // namespace tfce

@@ -1,0 +1,104 @@
+#include "kernels/dispatch.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kernels/cpu_features.h"
+
+namespace tfce {
+
+// Entry points of each kernel file. Adding an ISA is one file plus one
+// declaration block and one table row here.
+namespace ref {
+bool Lookup(const LookupArgs& args);
+bool Pool(const PoolArgs& args);
+}  // namespace ref
+
+namespace {
+
+bool AlwaysSupported() { return true; }
+
+const KernelSet kKernelTable[] = {
+    {"scalar", &AlwaysSupported, &ref::Lookup, &ref::Pool},
+};
+constexpr int kNumRows = sizeof(kKernelTable) / sizeof(kKernelTable[0]);
+
+struct Selection {
+  const KernelSet* kernels = nullptr;
+  std::string error;
+};
+
+std::string RowNames() {
+  std::string names;
+  for (int i = 0; i < kNumRows; ++i) {
+    if (i) names += ", ";
+    names += kKernelTable[i].isa;
+  }
+  return names;
+}
+
+Selection Select() {
+  Selection s;
+  const char* forced = std::getenv("TFCE_ISA");
+  if (forced == nullptr || *forced == '\0') {
+    for (const KernelSet& row : kKernelTable) {
+      if (row.cpu_supports()) {
+        s.kernels = &row;
+        return s;
+      }
+    }
+    s.error = "no kernel row supports this CPU";  // unreachable: scalar
+    return s;
+  }
+  for (const KernelSet& row : kKernelTable) {
+    if (std::strcmp(row.isa, forced) != 0) continue;
+    if (row.cpu_supports()) {
+      s.kernels = &row;
+    } else {
+      s.error = std::string("TFCE_ISA=") + forced +
+                " was requested but this CPU (or OS) does not support it; "
+                "unset TFCE_ISA or choose one of: " + RowNames();
+    }
+    return s;
+  }
+  s.error = std::string("TFCE_ISA=") + forced +
+            " is not a kernel row of this library; valid values: " +
+            RowNames();
+  return s;
+}
+
+}  // namespace
+
+const KernelSet* KernelTable(int* num_rows) {
+  *num_rows = kNumRows;
+  return kKernelTable;
+}
+
+namespace {
+const Selection& TheSelection() {
+  static const Selection* selection = new Selection(Select());
+  return *selection;
+}
+}  // namespace
+
+const KernelSet* SelectedKernels(std::string* error) {
+  const Selection& selection = TheSelection();
+  if (selection.kernels == nullptr && error != nullptr) {
+    *error = selection.error;
+  }
+  return selection.kernels;
+}
+
+}  // namespace tfce
+
+// For the Python package and tests: the row the ops run, or "" when
+// TFCE_ISA cannot be honoured (then tfce_isa_error() says why).
+extern "C" __attribute__((visibility("default"))) const char* tfce_active_isa() {
+  const tfce::KernelSet* kernels = tfce::SelectedKernels(nullptr);
+  return kernels ? kernels->isa : "";
+}
+
+extern "C" __attribute__((visibility("default"))) const char* tfce_isa_error() {
+  return tfce::TheSelection().error.c_str();
+}

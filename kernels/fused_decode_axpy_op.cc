@@ -1,0 +1,190 @@
+// FusedDecodeAxpy: validate, build per-segment offsets, run the kernel.
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernel_api.h"
+#include "kernels/op_util.h"
+#include "tensorflow/core/framework/bounds_check.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/platform/errors.h"
+
+namespace tfce {
+namespace {
+
+namespace errors = ::tensorflow::errors;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+absl::Status ParseCombiner(const std::string& name, Combiner* combiner) {
+  if (name == "sum") {
+    *combiner = Combiner::kSum;
+  } else if (name == "mean") {
+    *combiner = Combiner::kMean;
+  } else if (name == "sqrtn") {
+    *combiner = Combiner::kSqrtN;
+  } else {
+    return errors::InvalidArgument(
+        "combiner must be one of 'sum', 'mean', 'sqrtn', got '", name, "'");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadNumSegments(const Tensor& t, int64_t* num_segments) {
+  if (t.dims() != 0) {
+    return errors::InvalidArgument("num_segments must be a scalar, not shape ",
+                                   t.shape().DebugString());
+  }
+  const int64_t n = t.dtype() == tensorflow::DT_INT32
+                        ? static_cast<int64_t>(t.scalar<int32_t>()())
+                        : t.scalar<int64_t>()();
+  if (n < 0) {
+    return errors::InvalidArgument("num_segments = ", n,
+                                   " must be >= 0");
+  }
+  *num_segments = n;
+  return absl::OkStatus();
+}
+
+// Checks that segment ids are sorted and in [0, num_segments) and, unless
+// offsets is null, converts them to CSR offsets: segment s is positions
+// [offsets[s], offsets[s+1]).
+template <typename Seg>
+absl::Status SegmentOffsets(const Tensor& segment_ids, int64_t num_segments,
+                            int64_t* offsets) {
+  const auto seg = segment_ids.flat<Seg>();
+  const int64_t n = seg.size();
+  int64_t filled = 0;  // offsets[0..filled] are final
+  if (offsets != nullptr) offsets[0] = 0;
+  int64_t prev = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = tensorflow::internal::SubtleMustCopy(seg(i));
+    if (!tensorflow::FastBoundsCheck(s, num_segments)) {
+      return errors::InvalidArgument(
+          "segment_ids[", i, "] = ", s, " is not in [0, ", num_segments,
+          "): segment ids must be >= 0 and < num_segments");
+    }
+    if (s < prev) {
+      return errors::InvalidArgument(
+          "segment_ids are not sorted: segment_ids[", i - 1, "] = ", prev,
+          " > segment_ids[", i, "] = ", s);
+    }
+    if (offsets != nullptr) {
+      while (filled < s) offsets[++filled] = i;
+    }
+    prev = s;
+  }
+  if (offsets != nullptr) {
+    while (filled < num_segments) offsets[++filled] = n;
+  }
+  return absl::OkStatus();
+}
+
+class FusedDecodeAxpyOp : public OpKernel {
+ public:
+  explicit FusedDecodeAxpyOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string combiner;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("combiner", &combiner));
+    OP_REQUIRES_OK(ctx, ParseCombiner(combiner, &combiner_));
+    OP_REQUIRES_OK(ctx, GetKernels(&kernels_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& table = ctx->input(0);
+    const Tensor& scales = ctx->input(1);
+    const Tensor& ids = ctx->input(2);
+    const Tensor& segment_ids = ctx->input(3);
+    const Tensor& weights = ctx->input(4);
+
+    TableView view;
+    OP_REQUIRES_OK(ctx, MakeTableView(table, scales, &view));
+    OP_REQUIRES(ctx, ids.dims() == 1,
+                errors::InvalidArgument("ids must be a vector, but has shape ",
+                                        ids.shape().DebugString()));
+    OP_REQUIRES(ctx, segment_ids.dims() == 1,
+                errors::InvalidArgument(
+                    "segment_ids must be a vector, but has shape ",
+                    segment_ids.shape().DebugString()));
+    const int64_t num_ids = ids.dim_size(0);
+    OP_REQUIRES(ctx, segment_ids.dim_size(0) == num_ids,
+                errors::InvalidArgument(
+                    "segment_ids must have the same size as ids: ids has ",
+                    num_ids, " elements, segment_ids has ",
+                    segment_ids.dim_size(0)));
+    OP_REQUIRES(ctx,
+                weights.dims() == 1 && (weights.dim_size(0) == num_ids ||
+                                        weights.dim_size(0) == 0),
+                errors::InvalidArgument(
+                    "weights must have shape [", num_ids,
+                    "] (one per id) or [0] (unweighted), but has shape ",
+                    weights.shape().DebugString()));
+    int64_t num_segments = 0;
+    OP_REQUIRES_OK(ctx, ReadNumSegments(ctx->input(5), &num_segments));
+
+    TensorShape out_shape;
+    OP_REQUIRES_OK(ctx, out_shape.AddDimWithStatus(num_segments));
+    OP_REQUIRES_OK(ctx, out_shape.AddDimWithStatus(view.dim));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
+
+    const bool has_work = num_segments > 0 && view.dim > 0;
+    // offsets[num_segments + 1]; only needed (and only allocated) when there
+    // is output to compute, and then num_segments * dim floats fit in memory,
+    // so num_segments + 1 cannot overflow.
+    Tensor offsets_t;
+    int64_t* offsets = nullptr;
+    if (has_work) {
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64,
+                                             TensorShape({num_segments + 1}),
+                                             &offsets_t));
+      offsets = offsets_t.flat<int64_t>().data();
+    }
+    OP_REQUIRES_OK(ctx, segment_ids.dtype() == tensorflow::DT_INT32
+                            ? SegmentOffsets<int32_t>(segment_ids,
+                                                      num_segments, offsets)
+                            : SegmentOffsets<int64_t>(segment_ids,
+                                                      num_segments, offsets));
+    if (!has_work) {  // nothing to pool, but bad ids are still errors
+      OP_REQUIRES_OK(ctx, CheckIds(ids, view.rows, &segment_ids));
+      return;
+    }
+
+    PoolArgs args;
+    args.table = view;
+    args.ids = IdsView{ids.data(), ids.dtype() == tensorflow::DT_INT64};
+    args.weights =
+        weights.dim_size(0) == 0 ? nullptr : weights.flat<float>().data();
+    args.bag_offsets = offsets;
+    args.combiner = combiner_;
+    args.out = out->flat<float>().data();
+    std::atomic<bool> ok(true);
+    const PoolFn pool = kernels_->pool;
+    // Cost of one segment: its average number of ids times the row work.
+    const int64_t ids_per_segment = num_ids / num_segments + 1;
+    ParallelRun(ctx, num_segments, ids_per_segment * (view.dim * 2 + 20),
+                [&args, &ok, pool](int64_t begin, int64_t end) {
+                  PoolArgs shard = args;
+                  shard.bag_begin = begin;
+                  shard.bag_end = end;
+                  if (!pool(shard)) ok.store(false);
+                });
+    if (!ok.load()) ctx->CtxFailure(BadIdError(ids, view.rows, &segment_ids));
+  }
+
+ private:
+  Combiner combiner_ = Combiner::kSum;
+  const KernelSet* kernels_ = nullptr;
+};
+
+REGISTER_KERNEL_BUILDER(Name("FusedDecodeAxpy").Device(tensorflow::DEVICE_CPU),
+                        FusedDecodeAxpyOp);
+
+}  // namespace
+}  // namespace tfce

@@ -1,0 +1,103 @@
+// The scalar reference kernels: the specification of kernel_api.h, the
+// oracle every ISA kernel is tested against, and the fallback on any CPU.
+// Built with no ISA flags and -ffp-contract=off, so its rounding is exactly
+// "multiply, then add" on every compiler and CPU.
+#include "kernels/kernel_api.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/fp16.h"
+
+namespace tfce {
+namespace ref {
+namespace {
+
+// One unsigned compare covers both id < 0 and id >= rows.
+inline bool InRange(int64_t id, int64_t rows) {
+  return static_cast<uint64_t>(id) < static_cast<uint64_t>(rows);
+}
+
+struct Int8Row {
+  static float Decode(const TableView& t, int64_t row, int64_t d) {
+    const int8_t* q = static_cast<const int8_t*>(t.data) + row * t.dim;
+    return static_cast<float>(q[d]) * t.scales[row];
+  }
+};
+
+struct Fp16Row {
+  static float Decode(const TableView& t, int64_t row, int64_t d) {
+    const uint16_t* h = static_cast<const uint16_t*>(t.data) + row * t.dim;
+    return HalfBitsToFloat(h[d]);
+  }
+};
+
+template <typename Row, typename Index>
+bool LookupImpl(const LookupArgs& a) {
+  const Index* ids = static_cast<const Index*>(a.ids.data);
+  const int64_t dim = a.table.dim;
+  for (int64_t i = a.begin; i < a.end; ++i) {
+    const int64_t id = static_cast<int64_t>(ids[i]);  // read once, then use
+    if (!InRange(id, a.table.rows)) return false;
+    float* out = a.out + i * dim;
+    for (int64_t d = 0; d < dim; ++d) out[d] = Row::Decode(a.table, id, d);
+  }
+  return true;
+}
+
+template <typename Row, typename Index>
+bool PoolImpl(const PoolArgs& a) {
+  const Index* ids = static_cast<const Index*>(a.ids.data);
+  const int64_t dim = a.table.dim;
+  for (int64_t b = a.bag_begin; b < a.bag_end; ++b) {
+    float* out = a.out + b * dim;
+    for (int64_t d = 0; d < dim; ++d) out[d] = 0.0f;
+    float wsum = 0.0f;
+    float w2sum = 0.0f;
+    for (int64_t i = a.bag_offsets[b]; i < a.bag_offsets[b + 1]; ++i) {
+      const int64_t id = static_cast<int64_t>(ids[i]);
+      if (!InRange(id, a.table.rows)) return false;
+      const float w = a.weights ? a.weights[i] : 1.0f;
+      for (int64_t d = 0; d < dim; ++d) {
+        out[d] = out[d] + w * Row::Decode(a.table, id, d);
+      }
+      wsum = wsum + w;
+      w2sum = w2sum + w * w;
+    }
+    float denom = 1.0f;
+    if (a.combiner == Combiner::kMean) denom = wsum;
+    if (a.combiner == Combiner::kSqrtN) denom = std::sqrt(w2sum);
+    if (denom == 0.0f) {
+      for (int64_t d = 0; d < dim; ++d) out[d] = 0.0f;
+    } else if (a.combiner != Combiner::kSum) {
+      for (int64_t d = 0; d < dim; ++d) out[d] = out[d] / denom;
+    }
+  }
+  return true;
+}
+
+template <typename Row>
+bool LookupRow(const LookupArgs& a) {
+  return a.ids.is_int64 ? LookupImpl<Row, int64_t>(a)
+                        : LookupImpl<Row, int32_t>(a);
+}
+
+template <typename Row>
+bool PoolRow(const PoolArgs& a) {
+  return a.ids.is_int64 ? PoolImpl<Row, int64_t>(a) : PoolImpl<Row, int32_t>(a);
+}
+
+}  // namespace
+
+bool Lookup(const LookupArgs& args) {
+  return args.table.storage == Storage::kInt8 ? LookupRow<Int8Row>(args)
+                                              : LookupRow<Fp16Row>(args);
+}
+
+bool Pool(const PoolArgs& args) {
+  return args.table.storage == Storage::kInt8 ? PoolRow<Int8Row>(args)
+                                              : PoolRow<Fp16Row>(args);
+}
+
+}  // namespace ref
+}  // namespace tfce

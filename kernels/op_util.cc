@@ -1,0 +1,123 @@
+#include "kernels/op_util.h"
+
+#include <limits>
+#include <string>
+
+#include "tensorflow/core/framework/bounds_check.h"
+#include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/platform/errors.h"
+#include "tensorflow/core/util/util.h"
+#include "tensorflow/core/util/work_sharder.h"
+
+namespace tfce {
+
+namespace errors = ::tensorflow::errors;
+using ::tensorflow::Tensor;
+
+absl::Status MakeTableView(const Tensor& table, const Tensor& scales,
+                           TableView* view) {
+  if (table.dims() != 2) {
+    return errors::InvalidArgument(
+        "table must be a matrix [rows, dim], but has shape ",
+        table.shape().DebugString(), " (rank ", table.dims(), ")");
+  }
+  const int64_t rows = table.dim_size(0);
+  const int64_t dim = table.dim_size(1);
+  if (scales.dims() != 1) {
+    return errors::InvalidArgument("scales must be a vector, but has shape ",
+                                   scales.shape().DebugString());
+  }
+  if (table.dtype() == tensorflow::DT_INT8) {
+    if (scales.dim_size(0) != rows) {
+      return errors::InvalidArgument(
+          "scales must have one float32 per table row: expected shape [",
+          rows, "] for an int8 table of shape ", table.shape().DebugString(),
+          ", but got ", scales.shape().DebugString());
+    }
+    view->storage = Storage::kInt8;
+    view->data = table.data();
+    view->scales = scales.flat<float>().data();
+  } else if (table.dtype() == tensorflow::DT_HALF) {
+    if (scales.dim_size(0) != 0) {
+      return errors::InvalidArgument(
+          "scales must be empty (shape [0]) for a float16 table, but got "
+          "shape ",
+          scales.shape().DebugString());
+    }
+    view->storage = Storage::kFp16;
+    view->data = table.data();
+    view->scales = nullptr;
+  } else {
+    return errors::InvalidArgument(
+        "table dtype must be int8 or float16, got ",
+        tensorflow::DataTypeString(table.dtype()));
+  }
+  view->rows = rows;
+  view->dim = dim;
+  return absl::OkStatus();
+}
+
+namespace {
+
+template <typename Index>
+absl::Status FirstBadId(const Tensor& ids, int64_t rows,
+                        const Tensor* segment_ids) {
+  const auto flat = ids.flat<Index>();
+  for (int64_t i = 0; i < flat.size(); ++i) {
+    const int64_t id = tensorflow::internal::SubtleMustCopy(flat(i));
+    if (tensorflow::FastBoundsCheck(id, rows)) continue;
+    std::string segment;
+    if (segment_ids != nullptr) {
+      const int64_t s = segment_ids->dtype() == tensorflow::DT_INT32
+                            ? segment_ids->flat<int32_t>()(i)
+                            : segment_ids->flat<int64_t>()(i);
+      segment = absl::StrCat(" (in segment ", s, ")");
+    }
+    return errors::InvalidArgument(
+        "ids", tensorflow::SliceDebugString(ids.shape(), i), " = ", id,
+        segment, " is not in [0, ", rows, "): the table has ", rows, " rows");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckIds(const Tensor& ids, int64_t rows,
+                      const Tensor* segment_ids) {
+  return ids.dtype() == tensorflow::DT_INT32
+             ? FirstBadId<int32_t>(ids, rows, segment_ids)
+             : FirstBadId<int64_t>(ids, rows, segment_ids);
+}
+
+absl::Status BadIdError(const Tensor& ids, int64_t rows,
+                        const Tensor* segment_ids) {
+  absl::Status status = CheckIds(ids, rows, segment_ids);
+  if (!status.ok()) return status;
+  // The kernel saw a bad id that is gone now: the ids changed under us.
+  return errors::Internal("ids changed while the op was reading them");
+}
+
+absl::Status GetKernels(const KernelSet** kernels) {
+  std::string error;
+  *kernels = SelectedKernels(&error);
+  if (*kernels == nullptr) return errors::InvalidArgument(error);
+  return absl::OkStatus();
+}
+
+void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
+                 int64_t cost_per_unit,
+                 const std::function<void(int64_t, int64_t)>& fn) {
+  if (total <= 0) return;
+  auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
+  // Shard runs inline when total * cost_per_unit is too small to pay for
+  // handing work to other threads.
+  tensorflow::Shard(workers->num_threads, workers->workers, total,
+                    cost_per_unit, fn);
+}
+
+}  // namespace tfce
+
+// Read by the Python loader (without loading) to check that this library was
+// built against the TensorFlow it is about to be loaded into.
+extern "C" __attribute__((used, visibility("default")))
+const char tfce_build_info[] = "TFCE_BUILT_FOR_TF=" TFCE_TF_VERSION ";";

@@ -1,0 +1,45 @@
+// Helpers shared by the two OpKernels: table validation, turning a kernel's
+// `false` into a precise error, kernel selection and work sharding.
+#ifndef TFCE_KERNELS_OP_UTIL_H_
+#define TFCE_KERNELS_OP_UTIL_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernel_api.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace tfce {
+
+// Checks table [V, D] and scales ([V] for int8, [0] for half) and fills
+// *view. Everything is checked in 64-bit before any narrowing.
+absl::Status MakeTableView(const tensorflow::Tensor& table,
+                           const tensorflow::Tensor& scales, TableView* view);
+
+// Scans ids for the first id outside [0, rows) and returns an
+// InvalidArgument naming its position, value and the valid range. The kernels
+// check ids themselves; this runs only after a kernel returned false (so the
+// fast path pays no extra pass) or when no kernel runs (dim == 0).
+// `segment_ids` (may be null) adds the segment of the bad id to the message.
+absl::Status CheckIds(const tensorflow::Tensor& ids, int64_t rows,
+                      const tensorflow::Tensor* segment_ids);
+
+// CheckIds after a kernel reported a bad id: never returns OK.
+absl::Status BadIdError(const tensorflow::Tensor& ids, int64_t rows,
+                        const tensorflow::Tensor* segment_ids);
+
+// The kernel row chosen for this process (TFCE_ISA or CPU detection).
+absl::Status GetKernels(const KernelSet** kernels);
+
+// Runs fn(begin, end) over [0, total) on the intra-op thread pool when the
+// work is large enough to pay for it; each unit is computed by one thread,
+// so results are identical to a single-threaded run.
+void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
+                 int64_t cost_per_unit,
+                 const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace tfce
+
+#endif  // TFCE_KERNELS_OP_UTIL_H_

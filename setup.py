@@ -1,0 +1,78 @@
+"""Builds tf_compressed_embedding and its op library `_ops.so`.
+
+The op library is compiled against the TensorFlow installed in the build
+environment, with the flags `tf.sysconfig` reports, so install without build
+isolation:
+
+    pip install --no-build-isolation -e .
+
+ISA flags are given per file (kernel files only), never globally: a global
+-mavx2 lets the compiler put AVX2 into code that runs at load time, which
+kills the process with SIGILL on CPUs without it.
+
+Set TFCE_SANITIZE=1 to build the library with ASan+UBSan (for tests).
+"""
+import os
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+# Every C++ source of the op library, with the extra flags it alone gets.
+OP_LIBRARY_SOURCES = {
+    "kernels/ops.cc": [],
+    "kernels/compressed_embedding_lookup_op.cc": [],
+    "kernels/fused_decode_axpy_op.cc": [],
+    "kernels/op_util.cc": [],
+    "kernels/dispatch.cc": [],
+    "kernels/cpu_features.cc": [],
+    # The reference kernel rounds "multiply, then add", never fused.
+    "kernels/kernel_ref.cc": ["-ffp-contract=off"],
+}
+
+SANITIZER_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+                   "-fno-sanitize-recover=undefined"]
+
+
+class BuildOpLibrary(build_ext):
+    """Compiles each source with its own flags and links `_ops.so`."""
+
+    def get_ext_filename(self, fullname):
+        # A TF op library, not a Python extension module: no ABI tag.
+        return os.path.join(*fullname.split(".")) + ".so"
+
+    def build_extension(self, ext):
+        import tensorflow as tf  # the TF this library will be loaded into
+
+        common = tf.sysconfig.get_compile_flags() + [
+            "-O3", "-fPIC", "-fvisibility=hidden", "-I.",
+            f'-DTFCE_TF_VERSION="{tf.__version__}"',
+        ]
+        link = tf.sysconfig.get_link_flags() + ["-Wl,--no-undefined"]
+        if os.environ.get("TFCE_SANITIZE") == "1":
+            common += SANITIZER_FLAGS
+            link += SANITIZER_FLAGS
+        objects = []
+        for source, flags in ext.extra_per_file_flags.items():
+            objects += self.compiler.compile(
+                [source], output_dir=self.build_temp,
+                extra_postargs=common + flags, depends=ext.depends)
+        self.compiler.link_shared_object(
+            objects, self.get_ext_fullpath(ext.name), extra_postargs=link,
+            target_lang="c++")
+
+
+class OpLibrary(Extension):
+    def __init__(self, name, per_file_flags):
+        super().__init__(name, sources=list(per_file_flags),
+                         depends=sorted(
+                             os.path.join("kernels", f)
+                             for f in os.listdir("kernels")
+                             if f.endswith(".h")))
+        self.extra_per_file_flags = per_file_flags
+
+
+setup(
+    ext_modules=[OpLibrary("tf_compressed_embedding._ops",
+                           OP_LIBRARY_SOURCES)],
+    cmdclass={"build_ext": BuildOpLibrary},
+)

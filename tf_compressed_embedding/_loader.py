@@ -1,0 +1,94 @@
+"""Lazy loading of the op library, with a TensorFlow version guard.
+
+The library is loaded on the first op call, not at import. It is bound to
+the TensorFlow it was compiled against: before loading, the version recorded
+in the library is compared with the running TensorFlow, and a mismatch is
+reported with the command that rebuilds it.
+
+``TFCE_OPS_LIBRARY`` points the loader at another build of the library (the
+Bazel one, a sanitizer build) instead of the ``_ops.so`` in this package.
+"""
+import ctypes
+import os
+import re
+import threading
+
+import tensorflow as tf
+
+LIBRARY_ENV = "TFCE_OPS_LIBRARY"
+_REBUILD_HINT = ("rebuild it against the installed TensorFlow with "
+                 "`pip install --no-build-isolation -e .` in the "
+                 "tf_compressed_embedding source tree")
+_BUILD_INFO = re.compile(rb"TFCE_BUILT_FOR_TF=([^;\x00]*);")
+
+_lock = threading.Lock()
+_ops_module = None
+
+
+class OpLibraryError(ImportError):
+    """The op library is missing, or was built for another TensorFlow."""
+
+
+def library_path():
+    """The path of the op library this process uses."""
+    return os.environ.get(LIBRARY_ENV) or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "_ops.so")
+
+
+def built_for_tf_version(path):
+    """The TensorFlow version recorded in the library at ``path``."""
+    with open(path, "rb") as f:
+        match = _BUILD_INFO.search(f.read())
+    return match.group(1).decode() if match else None
+
+
+def _major_minor(version):
+    return tuple(version.split(".")[:2])
+
+
+def _load():
+    path = library_path()
+    if not os.path.isfile(path):
+        raise OpLibraryError(
+            f"the tf_compressed_embedding op library is not built ({path} "
+            f"does not exist); {_REBUILD_HINT}")
+    built = built_for_tf_version(path)
+    if built is None:
+        raise OpLibraryError(f"{path} is not a tf_compressed_embedding op "
+                             f"library (no build information found)")
+    if _major_minor(built) != _major_minor(tf.__version__):
+        raise OpLibraryError(
+            f"{path} was built for TensorFlow {built}, but TensorFlow "
+            f"{tf.__version__} is running; {_REBUILD_HINT}")
+    try:
+        return tf.load_op_library(path)
+    except tf.errors.NotFoundError as e:
+        raise OpLibraryError(
+            f"TensorFlow {tf.__version__} could not load {path} ({e}); "
+            f"{_REBUILD_HINT}") from None
+
+
+def ops():
+    """The loaded op module (``compressed_embedding_lookup``, ...)."""
+    global _ops_module
+    if _ops_module is None:
+        with _lock:
+            if _ops_module is None:
+                _ops_module = _load()
+    return _ops_module
+
+
+def active_isa():
+    """The kernel row the ops run on: 'scalar', 'sse', 'avx2' or 'avx512'.
+
+    Raises ValueError when ``TFCE_ISA`` asks for a row this CPU or library
+    cannot run.
+    """
+    ops()
+    lib = ctypes.CDLL(library_path())  # already loaded: no second copy
+    lib.tfce_active_isa.restype = ctypes.c_char_p
+    lib.tfce_isa_error.restype = ctypes.c_char_p
+    isa = lib.tfce_active_isa().decode()
+    if not isa:
+        raise ValueError(lib.tfce_isa_error().decode())
+    return isa

@@ -1,0 +1,207 @@
+"""Thin wrappers over the two ops, and tf.nn-style sparse lookups."""
+import tensorflow as tf
+
+from tf_compressed_embedding import _loader
+
+COMBINERS = ("sum", "mean", "sqrtn")
+
+
+def _table_inputs(table):
+    """(data, scales) of a CompressedTable or any object carrying both."""
+    try:
+        return table.data, table.scales
+    except AttributeError:
+        raise TypeError(
+            f"table must be a CompressedTable (from tfce.quantize) or have "
+            f".data and .scales, got {type(table).__name__}") from None
+
+
+def _check_combiner(combiner):
+    if combiner not in COMBINERS:
+        raise ValueError(f"combiner must be one of 'sum', 'mean', 'sqrtn', "
+                         f"got {combiner!r}")
+
+
+def _float_weights(weights):
+    weights = tf.convert_to_tensor(weights)
+    if not weights.dtype.is_floating:
+        raise TypeError(f"weights must be floating point, got {weights.dtype}")
+    return tf.cast(weights, tf.float32)
+
+
+def compressed_embedding_lookup(table, ids, name=None):
+    """Gathers rows of a compressed table and decodes them to float32.
+
+    Args:
+      table: a :class:`CompressedTable`.
+      ids: int32 or int64 ids of any shape, each in ``[0, V)``.
+      name: optional op name.
+
+    Returns:
+      float32 tensor of shape ``ids.shape + [D]``.
+
+    Raises:
+      tf.errors.InvalidArgumentError: an id outside ``[0, V)``.
+    """
+    data, scales = _table_inputs(table)
+    return _loader.ops().compressed_embedding_lookup(
+        table=data, scales=scales, ids=ids, name=name)
+
+
+def fused_decode_axpy(table, ids, segment_ids, weights=None, combiner="sum",
+                      num_segments=None, name=None):
+    """Decodes and pools rows per segment in one pass.
+
+    ``out[s] = sum_{i: segment_ids[i] == s} weights[i] * decode(table[ids[i]])``,
+    divided by ``sum(weights)`` for ``"mean"`` and ``sqrt(sum(weights**2))``
+    for ``"sqrtn"``; an empty segment or a zero denominator gives zeros.
+
+    Args:
+      table: a :class:`CompressedTable`.
+      ids: int32/int64 ``[N]``.
+      segment_ids: int32/int64 ``[N]``, sorted, in ``[0, num_segments)``.
+      weights: optional float ``[N]``; None means all ones.
+      combiner: ``"sum"``, ``"mean"`` or ``"sqrtn"``.
+      num_segments: number of output rows; defaults to
+        ``segment_ids[-1] + 1`` (0 when there are no ids).
+      name: optional op name.
+
+    Returns:
+      float32 ``[num_segments, D]``.
+    """
+    _check_combiner(combiner)
+    data, scales = _table_inputs(table)
+    segment_ids = tf.convert_to_tensor(segment_ids)
+    if weights is None:
+        weights = tf.zeros([0], tf.float32)
+    else:
+        weights = _float_weights(weights)
+    if num_segments is None:
+        num_segments = tf.maximum(
+            tf.reduce_max(tf.cast(segment_ids, tf.int64)) + 1, 0)
+    return _loader.ops().fused_decode_axpy(
+        table=data, scales=scales, ids=ids, segment_ids=segment_ids,
+        weights=weights, num_segments=num_segments, combiner=combiner,
+        name=name)
+
+
+def _ids_segments_weights(sp_ids, sp_weights):
+    """(ids, segment_ids, weights, num_rows) of 2-D sparse or ragged ids."""
+    if isinstance(sp_ids, tf.RaggedTensor):
+        if sp_ids.ragged_rank != 1 or sp_ids.flat_values.shape.rank != 1:
+            raise ValueError("RaggedTensor ids must have shape [batch, (ids)]")
+        weights = None
+        if sp_weights is not None:
+            if not isinstance(sp_weights, tf.RaggedTensor):
+                raise TypeError("sp_weights must be a RaggedTensor when "
+                                "sp_ids is one")
+            weights = sp_weights.flat_values
+        return (sp_ids.flat_values, sp_ids.value_rowids(), weights,
+                sp_ids.nrows())
+    if not isinstance(sp_ids, tf.SparseTensor):
+        raise TypeError(f"sp_ids must be a SparseTensor or RaggedTensor, got "
+                        f"{type(sp_ids).__name__}")
+    weights = None
+    if sp_weights is not None:
+        if not isinstance(sp_weights, tf.SparseTensor):
+            raise TypeError(f"sp_weights must be None or a SparseTensor, got "
+                            f"{type(sp_weights).__name__}")
+        weights = sp_weights.values
+    return sp_ids.values, sp_ids.indices[:, 0], weights, sp_ids.dense_shape[0]
+
+
+def _reject_max_norm(max_norm):
+    if max_norm is not None:
+        raise ValueError("max_norm is not supported for compressed tables: "
+                         "clip the float32 table before quantizing it")
+
+
+def embedding_lookup_sparse(table, sp_ids, sp_weights=None, combiner="mean",
+                            max_norm=None, name=None):
+    """Drop-in for ``tf.nn.embedding_lookup_sparse`` on a compressed table.
+
+    Pooling is fused with decoding (``FusedDecodeAxpy``). As in TF, for a
+    ``SparseTensor`` the output has ``max(row index) + 1`` rows; for a
+    ``RaggedTensor`` it has one row per ragged row.
+
+    Args:
+      table: a :class:`CompressedTable`.
+      sp_ids: ``SparseTensor`` ``[batch, ?]`` of int ids (rows in order), or
+        ``RaggedTensor`` ``[batch, (ids)]``.
+      sp_weights: None, or weights with the same structure as ``sp_ids``.
+      combiner: ``"mean"`` (default, as TF), ``"sqrtn"`` or ``"sum"``.
+      max_norm: must be None (not supported).
+      name: optional name scope.
+
+    Returns:
+      float32 ``[rows, D]``.
+    """
+    if combiner is None:
+        combiner = "mean"
+    _check_combiner(combiner)
+    _reject_max_norm(max_norm)
+    with tf.name_scope(name or "embedding_lookup_sparse"):
+        ids, segment_ids, weights, num_rows = _ids_segments_weights(
+            sp_ids, sp_weights)
+        num_segments = None if isinstance(sp_ids, tf.SparseTensor) else num_rows
+        return fused_decode_axpy(table, ids, segment_ids, weights, combiner,
+                                 num_segments)
+
+
+def safe_embedding_lookup_sparse(table, sparse_ids, sparse_weights=None,
+                                 combiner="mean", default_id=None,
+                                 max_norm=None, name=None):
+    """Drop-in for ``tf.nn.safe_embedding_lookup_sparse`` on a compressed table.
+
+    Ids < 0 are dropped (and, for ``"mean"``/``"sqrtn"``, weights <= 0).
+    A row left with no ids gives zeros, or the row ``default_id`` when it is
+    given. Ids of rank > 2 are pooled over the last dimension, and the output
+    has shape ``sparse_ids.dense_shape[:-1] + [D]``.
+
+    Args:
+      table: a :class:`CompressedTable`.
+      sparse_ids: ``SparseTensor`` ``[d0, ..., dn]`` of int ids, or
+        ``RaggedTensor`` ``[batch, (ids)]``.
+      sparse_weights: None, or weights with the same structure.
+      combiner: ``"mean"`` (default), ``"sqrtn"`` or ``"sum"``.
+      default_id: id whose row fills empty rows; None gives zeros.
+      max_norm: must be None (not supported).
+      name: optional name scope.
+    """
+    if combiner is None:
+        combiner = "mean"
+    _check_combiner(combiner)
+    _reject_max_norm(max_norm)
+    with tf.name_scope(name or "safe_embedding_lookup_sparse"):
+        if isinstance(sparse_ids, tf.RaggedTensor):
+            sparse_ids = sparse_ids.to_sparse()
+            if sparse_weights is not None:
+                sparse_weights = sparse_weights.to_sparse()
+        original_shape = sparse_ids.dense_shape
+        flat_rows = tf.reduce_prod(original_shape[:-1])
+        sparse_ids = tf.sparse.reshape(
+            sparse_ids, tf.stack([flat_rows, original_shape[-1]]))
+        if sparse_weights is not None:
+            sparse_weights = tf.SparseTensor(
+                sparse_ids.indices, sparse_weights.values,
+                sparse_ids.dense_shape)
+        keep = sparse_ids.values >= 0
+        if sparse_weights is not None and combiner != "sum":
+            keep = tf.logical_and(keep, sparse_weights.values > 0)
+        sparse_ids = tf.sparse.retain(sparse_ids, keep)
+        if sparse_weights is not None:
+            sparse_weights = tf.sparse.retain(sparse_weights, keep)
+        if default_id is not None:
+            sparse_ids, _ = tf.sparse.fill_empty_rows(
+                sparse_ids, tf.cast(default_id, sparse_ids.dtype))
+            if sparse_weights is not None:
+                sparse_weights, _ = tf.sparse.fill_empty_rows(
+                    sparse_weights, tf.cast(1.0, sparse_weights.dtype))
+        ids, segment_ids, weights, num_rows = _ids_segments_weights(
+            sparse_ids, sparse_weights)
+        pooled = fused_decode_axpy(table, ids, segment_ids, weights,
+                                   combiner, num_rows)
+        out_shape = tf.concat(
+            [tf.cast(original_shape[:-1], tf.int64),
+             tf.shape(pooled, out_type=tf.int64)[1:]], 0)
+        return tf.reshape(pooled, out_shape)

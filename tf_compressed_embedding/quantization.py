@@ -1,0 +1,107 @@
+"""The storage formats, defined once (numpy only).
+
+Used by `CompressedTable`, the Keras layer, the export tool and the tests.
+
+- ``int8``: ``data`` int8 ``[V, D]``, ``scales`` float32 ``[V]``.
+  ``scale = max|row| / 127``; ``q = clip(round_half_even(x / scale), -127, 127)``;
+  an all-zero row has scale 0 and q 0. Decoded value: ``q * scale``.
+- ``fp16``: ``data`` float16 ``[V, D]``, ``scales`` float32 ``[0]``. Values
+  beyond +-65504 are an error, never Inf.
+"""
+import numpy as np
+
+FORMATS = ("int8", "fp16")
+INT8_MAX = 127
+FP16_MAX = 65504.0
+
+# Rows are encoded in chunks so temporaries stay small for large tables.
+_CHUNK_ROWS = 1 << 16
+
+
+def check_format(fmt):
+    """Returns ``fmt`` if it names a storage format, else raises ValueError."""
+    if fmt not in FORMATS:
+        raise ValueError(
+            f"format must be one of {', '.join(repr(f) for f in FORMATS)}, "
+            f"got {fmt!r}")
+    return fmt
+
+
+def _as_float_table(table):
+    table = np.asarray(table)
+    if table.ndim != 2:
+        raise ValueError(
+            f"table must be rank 2 [rows, dim], got shape {table.shape} "
+            f"(rank {table.ndim})")
+    if not np.issubdtype(table.dtype, np.floating):
+        raise TypeError(f"table must hold floating-point values, got dtype "
+                        f"{table.dtype}")
+    return table
+
+
+def _check_finite(table):
+    bad = ~np.isfinite(table)
+    count = int(bad.sum())
+    if count:
+        row, col = np.argwhere(bad)[0]
+        raise ValueError(
+            f"table has {count} non-finite value(s) (NaN or Inf), the first "
+            f"at row {row}, column {col}; only finite tables can be "
+            f"quantized")
+
+
+def encode_int8(table):
+    """Encodes a float table as (int8 data [V, D], float32 scales [V])."""
+    table = _as_float_table(table)
+    _check_finite(table)
+    rows, dim = table.shape
+    data = np.empty((rows, dim), np.int8)
+    scales = np.empty((rows,), np.float32)
+    for start in range(0, rows, _CHUNK_ROWS):
+        x = table[start:start + _CHUNK_ROWS].astype(np.float32)
+        if not np.isfinite(x).all():
+            raise ValueError("table has values beyond the float32 range")
+        amax = np.abs(x).max(axis=1) if dim else np.zeros(len(x), np.float32)
+        scale = (amax / np.float32(INT8_MAX)).astype(np.float32)
+        # A row whose scale underflows to 0 (or is all zero) encodes as zeros.
+        safe = np.where(scale > 0, scale, np.float32(1))[:, None]
+        q = np.rint(x / safe)  # rint rounds half to even
+        q = np.where(scale[:, None] > 0, q, 0)
+        data[start:start + len(x)] = np.clip(q, -INT8_MAX, INT8_MAX)
+        scales[start:start + len(x)] = scale
+    return data, scales
+
+
+def encode_fp16(table):
+    """Encodes a float table as float16 data [V, D]."""
+    table = _as_float_table(table)
+    _check_finite(table)
+    if table.size:
+        amax = np.abs(table).max()
+        if amax > FP16_MAX:
+            row, col = np.unravel_index(np.abs(table).argmax(), table.shape)
+            raise ValueError(
+                f"table has values beyond the float16 range [-{FP16_MAX:g}, "
+                f"{FP16_MAX:g}]: |x| = {amax:g} at row {row}, column {col}; "
+                f"use the 'int8' format, or rescale the table")
+    return table.astype(np.float16)
+
+
+def encode(table, fmt):
+    """Encodes ``table`` in format ``fmt``; returns (data, scales)."""
+    if check_format(fmt) == "int8":
+        return encode_int8(table)
+    return encode_fp16(table), np.zeros((0,), np.float32)
+
+
+def decode(data, scales, fmt):
+    """The reference decoder: float32 [V, D] from (data, scales)."""
+    data = np.asarray(data)
+    if check_format(fmt) == "int8":
+        return data.astype(np.float32) * np.asarray(scales, np.float32)[:, None]
+    return data.astype(np.float32)
+
+
+def storage_dtype(fmt):
+    """The numpy dtype of ``data`` in format ``fmt``."""
+    return np.dtype(np.int8) if check_format(fmt) == "int8" else np.dtype(np.float16)
