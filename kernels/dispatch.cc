@@ -102,3 +102,20 @@ extern "C" __attribute__((visibility("default"))) const char* tfce_active_isa() 
 extern "C" __attribute__((visibility("default"))) const char* tfce_isa_error() {
   return tfce::TheSelection().error.c_str();
 }
+
+// Comma-separated rows this CPU can run, best first (what TFCE_ISA accepts).
+extern "C" __attribute__((visibility("default"))) const char*
+tfce_supported_isas() {
+  static const std::string* names = [] {
+    auto* s = new std::string;
+    int n = 0;
+    const tfce::KernelSet* rows = tfce::KernelTable(&n);
+    for (int i = 0; i < n; ++i) {
+      if (!rows[i].cpu_supports()) continue;
+      if (!s->empty()) *s += ",";
+      *s += rows[i].isa;
+    }
+    return s;
+  }();
+  return names->c_str();
+}

@@ -9,7 +9,8 @@ decoded, fused with the pooling::
     pooled = tfce.embedding_lookup_sparse(ct, sp_ids, combiner="mean")
 """
 from tf_compressed_embedding import _gradients  # noqa: F401  (registers)
-from tf_compressed_embedding._loader import OpLibraryError, active_isa
+from tf_compressed_embedding._loader import (OpLibraryError, active_isa,
+                                             supported_isas)
 from tf_compressed_embedding.compressed_table import CompressedTable, quantize
 from tf_compressed_embedding.ops import (compressed_embedding_lookup,
                                          embedding_lookup_sparse,
@@ -27,4 +28,5 @@ __all__ = [
     "fused_decode_axpy",
     "quantize",
     "safe_embedding_lookup_sparse",
+    "supported_isas",
 ]

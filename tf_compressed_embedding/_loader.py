@@ -78,16 +78,26 @@ def ops():
     return _ops_module
 
 
+def _library_handle():
+    ops()
+    lib = ctypes.CDLL(library_path())  # already loaded: no second copy
+    for fn in ("tfce_active_isa", "tfce_isa_error", "tfce_supported_isas"):
+        getattr(lib, fn).restype = ctypes.c_char_p
+    return lib
+
+
+def supported_isas():
+    """Kernel rows this CPU can run, best first (valid ``TFCE_ISA`` values)."""
+    return _library_handle().tfce_supported_isas().decode().split(",")
+
+
 def active_isa():
     """The kernel row the ops run on: 'scalar', 'sse', 'avx2' or 'avx512'.
 
     Raises ValueError when ``TFCE_ISA`` asks for a row this CPU or library
     cannot run.
     """
-    ops()
-    lib = ctypes.CDLL(library_path())  # already loaded: no second copy
-    lib.tfce_active_isa.restype = ctypes.c_char_p
-    lib.tfce_isa_error.restype = ctypes.c_char_p
+    lib = _library_handle()
     isa = lib.tfce_active_isa().decode()
     if not isa:
         raise ValueError(lib.tfce_isa_error().decode())

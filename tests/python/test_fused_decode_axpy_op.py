@@ -1,0 +1,290 @@
+"""FusedDecodeAxpy against the float64 numpy reference, and its bad inputs
+(reliability matrix 4b). Runs on the ISA row chosen by TFCE_ISA (see
+test_isa.py, which re-runs this file on every row the CPU supports).
+
+Error bound: the kernels accumulate a bag of L rows in float32, so each
+output element may differ from the exact result by at most
+(L + 2) * eps32 * sum_i |w_i x_i| / |denominator| (reference.pool)."""
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+import reference
+import tf_compressed_embedding as tfce
+from tf_compressed_embedding import _loader
+
+DIMS = list(range(1, 34)) + [64, 100, 128, 257]
+FORMATS = ("int8", "fp16")
+COMBINERS = ("sum", "mean", "sqrtn")
+
+
+def raw_pool(table, scales, ids, segment_ids, weights, num_segments,
+             combiner="sum"):
+    return _loader.ops().fused_decode_axpy(
+        table=table, scales=scales, ids=ids, segment_ids=segment_ids,
+        weights=weights, num_segments=num_segments, combiner=combiner)
+
+
+class PoolValuesTest(tf.test.TestCase, parameterized.TestCase):
+
+    def assert_matches(self, got, ct, ids, segment_ids, weights, combiner,
+                       num_segments):
+        want, bound = reference.pool(reference.decoded(ct), ids, segment_ids,
+                                     weights, combiner, num_segments)
+        got = np.asarray(got, np.float64)
+        self.assertEqual(got.shape, want.shape)
+        excess = np.abs(got - want) - bound
+        self.assertLessEqual(excess.max(initial=-1), 0,
+                             msg=f"worst error beyond bound at "
+                                 f"{np.unravel_index(excess.argmax(), excess.shape) if excess.size else None}")
+
+    @parameterized.product(fmt=FORMATS, combiner=COMBINERS,
+                           weighted=(False, True),
+                           id_dtype=(tf.int32, tf.int64),
+                           seg_dtype=(tf.int32, tf.int64))
+    def test_every_dim_matches_reference(self, fmt, combiner, weighted,
+                                         id_dtype, seg_dtype):
+        rng = np.random.default_rng(11)
+        for dim in DIMS:
+            rows, num_ids, num_segments = 29, 60, 12
+            ct = tfce.quantize(reference.random_table(rng, rows, dim), fmt)
+            ids = rng.integers(0, rows, size=num_ids)
+            ids[:2] = [0, rows - 1]
+            segment_ids = reference.random_bags(rng, num_ids, num_segments - 2)
+            weights = (rng.uniform(0.5, 1.5, num_ids).astype(np.float32)
+                       if weighted else None)
+            got = tfce.fused_decode_axpy(
+                ct, tf.constant(ids, id_dtype), tf.constant(segment_ids, seg_dtype),
+                weights, combiner, num_segments=num_segments)
+            self.assert_matches(got, ct, ids, segment_ids, weights, combiner,
+                                num_segments)
+
+    @parameterized.product(fmt=FORMATS, combiner=COMBINERS)
+    def test_long_bags_duplicates_and_empty_segments(self, fmt, combiner):
+        rng = np.random.default_rng(12)
+        ct = tfce.quantize(reference.random_table(rng, 100, 12), fmt)
+        # Segment 0 empty, 1 long (L = 3000), 2 all one id, 3 empty, 4 short.
+        segment_ids = np.repeat([1, 2, 4], [3000, 50, 3])
+        ids = rng.integers(0, 100, size=len(segment_ids))
+        ids[3000:3050] = 42
+        weights = rng.uniform(0.5, 1.5, len(ids)).astype(np.float32)
+        for w in (None, weights):
+            got = tfce.fused_decode_axpy(ct, ids, segment_ids, w, combiner,
+                                         num_segments=6)
+            self.assert_matches(got, ct, ids, segment_ids, w, combiner, 6)
+            self.assertAllEqual(got.numpy()[[0, 3, 5]], np.zeros((3, 12)))
+
+    def test_weighted_mean_with_zero_weight_sum_gives_zeros(self):  # F13
+        ct = tfce.quantize(np.arange(12, dtype=np.float32).reshape(4, 3), "fp16")
+        got = tfce.fused_decode_axpy(ct, [1, 2, 3], [0, 0, 1],
+                                     [1.0, -1.0, 0.0], "mean")
+        self.assertAllEqual(got, np.zeros((2, 3)))
+        got = tfce.fused_decode_axpy(ct, [3], [0], [0.0], "sqrtn")
+        self.assertAllEqual(got, np.zeros((1, 3)))
+
+    def test_default_num_segments_is_last_segment_plus_one(self):
+        ct = tfce.quantize(np.ones((4, 3), np.float32), "int8")
+        self.assertEqual(tfce.fused_decode_axpy(ct, [1, 2], [0, 4]).shape, (5, 3))
+        self.assertEqual(tfce.fused_decode_axpy(
+            ct, tf.zeros([0], tf.int64), tf.zeros([0], tf.int64)).shape, (0, 3))
+
+    def test_no_segments(self):  # F15
+        ct = tfce.quantize(np.ones((4, 3), np.float32), "int8")
+        out = raw_pool(ct.data, ct.scales, tf.zeros([0], tf.int64),
+                       tf.zeros([0], tf.int64), tf.zeros([0]), 0)
+        self.assertEqual(out.shape, (0, 3))
+
+    def test_graph_mode_matches_eager(self):
+        rng = np.random.default_rng(13)
+        ct = tfce.quantize(reference.random_table(rng, 50, 16), "int8")
+        ids = rng.integers(0, 50, size=40)
+        segment_ids = reference.random_bags(rng, 40, 10)
+        weights = rng.uniform(0.5, 1.5, 40).astype(np.float32)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int64)] * 2 +
+                     [tf.TensorSpec([None], tf.float32)])
+        def pool(ids, segment_ids, weights):
+            out = tfce.fused_decode_axpy(ct, ids, segment_ids, weights,
+                                         "sqrtn", num_segments=10)
+            self.assertEqual(out.shape.as_list(), [10, 16])
+            return out
+
+        self.assertAllEqual(pool(ids, segment_ids, weights),
+                            tfce.fused_decode_axpy(ct, ids, segment_ids, weights,
+                                                   "sqrtn", num_segments=10))
+
+    def test_many_segments_split_over_threads_match_one_thread(self):
+        rng = np.random.default_rng(14)
+        ct = tfce.quantize(reference.random_table(rng, 5000, 32), "int8")
+        ids = rng.integers(0, 5000, size=100_000)
+        segment_ids = reference.random_bags(rng, 100_000, 4096)
+        got = tfce.fused_decode_axpy(ct, ids, segment_ids, None, "mean",
+                                     num_segments=4096)
+        self.assert_matches(got, ct, ids, segment_ids, None, "mean", 4096)
+        # Bags are never split between threads: repeated runs are identical.
+        again = tfce.fused_decode_axpy(ct, ids, segment_ids, None, "mean",
+                                       num_segments=4096)
+        self.assertAllEqual(got, again)
+
+    def test_nan_and_inf_weights_propagate(self):  # F18
+        ct = tfce.quantize(np.ones((4, 2), np.float32), "int8")
+        got = tfce.fused_decode_axpy(ct, [0, 1, 2], [0, 1, 2],
+                                     [np.nan, np.inf, 1.0]).numpy()
+        self.assertTrue(np.isnan(got[0]).all())
+        self.assertTrue(np.isposinf(got[1]).all())
+        self.assertAllEqual(got[2], [1, 1])
+
+
+class PoolBadInputTest(tf.test.TestCase, parameterized.TestCase):
+    """Every row of reliability matrix 4b, eagerly and in a graph."""
+
+    def setUp(self):
+        super().setUp()
+        self.data, self.scales = tfce.quantization.encode(
+            np.ones((10, 4), np.float32), "int8")
+
+    def assert_invalid(self, pattern, ids, segment_ids, weights, num_segments,
+                       table=None, scales=None):
+        table = self.data if table is None else table
+        scales = self.scales if scales is None else scales
+        args = [tf.constant(a) for a in (table, scales, ids, segment_ids,
+                                         weights, num_segments)]
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, pattern):
+            raw_pool(*args)
+
+        @tf.function(input_signature=[tf.TensorSpec(None, a.dtype) for a in args])
+        def graph(*a):
+            return raw_pool(*a)
+
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, pattern):
+            graph(*args)
+
+    def ids(self, *values):
+        return np.array(values, np.int64)
+
+    @parameterized.parameters((np.int32,), (np.int64,))
+    def test_id_out_of_range_names_position_and_segment(self, dtype):  # F11
+        self.assert_invalid(r"ids\[2\] = 10 \(in segment 1\) is not in \[0, 10\)",
+                            np.array([1, 2, 10], dtype), self.ids(0, 1, 1),
+                            np.zeros([0], np.float32), np.int64(2))
+        self.assert_invalid(r"ids\[0\] = -3 \(in segment 0\) is not in \[0, 10\)",
+                            np.array([-3], dtype), self.ids(0),
+                            np.zeros([0], np.float32), np.int64(1))
+
+    def test_ids_and_segment_ids_not_vectors(self):  # F3
+        self.assert_invalid(r"ids must be a vector", np.zeros((2, 1), np.int64),
+                            self.ids(0, 0), np.zeros([0], np.float32), np.int64(1))
+        self.assert_invalid(r"segment_ids must be a vector", self.ids(0, 0),
+                            np.zeros((2, 1), np.int64),
+                            np.zeros([0], np.float32), np.int64(1))
+
+    def test_segment_ids_not_sorted(self):  # F4
+        self.assert_invalid(
+            r"segment_ids are not sorted: segment_ids\[1\] = 2 > segment_ids\[2\] = 1",
+            self.ids(0, 1, 2), self.ids(0, 2, 1), np.zeros([0], np.float32),
+            np.int64(3))
+
+    @parameterized.parameters((np.int32,), (np.int64,))
+    def test_segment_ids_negative(self, dtype):  # F5
+        self.assert_invalid(r"segment_ids\[0\] = -1 is not in \[0, 3\)",
+                            self.ids(0, 1), np.array([-1, 0], dtype),
+                            np.zeros([0], np.float32), np.int64(3))
+
+    def test_num_segments_not_scalar(self):  # F6
+        for bad in (np.array([2], np.int64), np.zeros([0], np.int32)):
+            self.assert_invalid(r"num_segments must be a scalar, not shape",
+                                self.ids(0), self.ids(0),
+                                np.zeros([0], np.float32), bad)
+
+    @parameterized.parameters((np.int32(-1),), (np.int64(-5),),
+                              (np.int64(np.iinfo(np.int64).min),))
+    def test_num_segments_negative(self, bad):  # F7
+        self.assert_invalid(rf"num_segments = {bad} must be >= 0",
+                            self.ids(0), self.ids(0),
+                            np.zeros([0], np.float32), bad)
+
+    def test_num_segments_huge(self):  # F7, L11
+        # [2^62, 4] floats overflows int64 bytes: an argument error.
+        with self.assertRaises((tf.errors.InvalidArgumentError,
+                                tf.errors.ResourceExhaustedError)):
+            raw_pool(self.data, self.scales, self.ids(0), self.ids(0),
+                     np.zeros([0], np.float32), np.int64(2**62))
+        # [2^40, 4] floats is 16 TiB: the allocation fails cleanly.
+        with self.assertRaises((tf.errors.InvalidArgumentError,
+                                tf.errors.ResourceExhaustedError)):
+            raw_pool(self.data, self.scales, self.ids(0), self.ids(0),
+                     np.zeros([0], np.float32), np.int64(2**40))
+        # A huge count with D = 0 allocates nothing and still validates.
+        out = raw_pool(np.zeros((10, 0), np.int8), self.scales, self.ids(0),
+                       self.ids(0), np.zeros([0], np.float32),
+                       np.int64(np.iinfo(np.int64).max))
+        self.assertEqual(out.shape, (np.iinfo(np.int64).max, 0))
+
+    def test_segment_id_beyond_num_segments(self):  # F8
+        self.assert_invalid(r"segment_ids\[1\] = 3 is not in \[0, 3\)",
+                            self.ids(0, 1), self.ids(0, 3),
+                            np.zeros([0], np.float32), np.int64(3))
+
+    def test_segment_ids_size_differs_from_ids(self):  # F9
+        self.assert_invalid(r"segment_ids must have the same size as ids: ids "
+                            r"has 2 elements, segment_ids has 3",
+                            self.ids(0, 1), self.ids(0, 0, 1),
+                            np.zeros([0], np.float32), np.int64(2))
+
+    def test_weights_shape(self):  # F10
+        for bad in (np.ones([3], np.float32), np.ones([1], np.float32),
+                    np.ones([2, 1], np.float32)):
+            self.assert_invalid(r"weights must have shape \[2\] \(one per id\) "
+                                r"or \[0\] \(unweighted\)",
+                                self.ids(0, 1), self.ids(0, 0), bad, np.int64(1))
+
+    def test_table_and_scales_checks_apply(self):  # L4, L5, L8
+        self.assert_invalid(r"table must be a matrix", self.ids(0), self.ids(0),
+                            np.zeros([0], np.float32), np.int64(1),
+                            table=np.ones((10,), np.int8))
+        self.assert_invalid(r"expected shape \[10\] for an int8 table",
+                            self.ids(0), self.ids(0), np.zeros([0], np.float32),
+                            np.int64(1), scales=np.ones((9,), np.float32))
+        self.assert_invalid(r"scales must be empty \(shape \[0\]\) for a float16",
+                            self.ids(0), self.ids(0), np.zeros([0], np.float32),
+                            np.int64(1), table=np.ones((10, 4), np.float16))
+        self.assert_invalid(r"ids\[0\] = 0 \(in segment 0\) is not in \[0, 0\)",
+                            self.ids(0), self.ids(0), np.zeros([0], np.float32),
+                            np.int64(1), table=np.ones((0, 4), np.int8),
+                            scales=np.ones((0,), np.float32))
+
+    def test_bad_id_is_an_error_even_with_zero_dim(self):  # L7
+        self.assert_invalid(r"ids\[1\] = 10 \(in segment 0\) is not in \[0, 10\)",
+                            self.ids(0, 10), self.ids(0, 0),
+                            np.zeros([0], np.float32), np.int64(1),
+                            table=np.ones((10, 0), np.int8))
+
+    def test_unknown_combiner(self):  # F14
+        with self.assertRaisesRegex(ValueError, "combiner must be one of"):
+            tfce.fused_decode_axpy(tfce.quantize(np.ones((2, 2)), "int8"),
+                                   [0], [0], combiner="max")
+        with self.assertRaisesRegex((tf.errors.InvalidArgumentError, ValueError),
+                                    "combiner"):
+            raw_pool(self.data, self.scales, self.ids(0), self.ids(0),
+                     np.zeros([0], np.float32), np.int64(1), combiner="max")
+
+    def test_shape_function_rejects_static_rank_errors(self):
+        @tf.function
+        def f():
+            return raw_pool(self.data, self.scales, tf.zeros([2, 2], tf.int64),
+                            tf.zeros([4], tf.int64), tf.zeros([0]), 1)
+
+        with self.assertRaisesRegex(ValueError, "must be rank 1"):
+            f.get_concrete_function()
+
+        @tf.function
+        def g():
+            return raw_pool(self.data, self.scales, tf.zeros([3], tf.int64),
+                            tf.zeros([4], tf.int64), tf.zeros([0]), 1)
+
+        with self.assertRaisesRegex(ValueError, "Dimension 0 in both shapes must be equal"):
+            g.get_concrete_function()
+
+
+if __name__ == "__main__":
+    tf.test.main()
