@@ -9,6 +9,7 @@ decoded, fused with the pooling::
     pooled = tfce.embedding_lookup_sparse(ct, sp_ids, combiner="mean")
 """
 from tf_compressed_embedding import _gradients  # noqa: F401  (registers)
+from tf_compressed_embedding import _loader
 from tf_compressed_embedding._loader import (OpLibraryError, active_isa,
                                              supported_isas)
 from tf_compressed_embedding.compressed_table import CompressedTable, quantize
@@ -18,6 +19,10 @@ from tf_compressed_embedding.ops import (compressed_embedding_lookup,
                                          safe_embedding_lookup_sparse)
 
 __version__ = "0.1.0"
+
+# Registers the ops now, so SavedModels that use them load after an import;
+# a failure is raised by the first op call instead (see _loader).
+_loader.try_load()
 
 __all__ = [
     "CompressedTable",

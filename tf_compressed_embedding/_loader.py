@@ -1,9 +1,13 @@
-"""Lazy loading of the op library, with a TensorFlow version guard.
+"""Loading of the op library, with a TensorFlow version guard.
 
-The library is loaded on the first op call, not at import. It is bound to
-the TensorFlow it was compiled against: before loading, the version recorded
-in the library is compared with the running TensorFlow, and a mismatch is
-reported with the command that rebuilds it.
+Importing the package tries to load the library, so that a SavedModel using
+the ops loads after a plain ``import tf_compressed_embedding``. A failure
+there is not raised at import (the numpy quantization and the rest of the
+package keep working); it is raised, with its reason, by the first op call.
+
+The library is bound to the TensorFlow it was compiled against: before
+loading, the version recorded in the library is compared with the running
+TensorFlow, and a mismatch is reported with the command that rebuilds it.
 
 ``TFCE_OPS_LIBRARY`` points the loader at another build of the library (the
 Bazel one, a sanitizer build) instead of the ``_ops.so`` in this package.
@@ -68,6 +72,7 @@ def _load():
             f"{_REBUILD_HINT}") from None
 
 
+@tf.autograph.experimental.do_not_convert
 def ops():
     """The loaded op module (``compressed_embedding_lookup``, ...)."""
     global _ops_module
@@ -76,6 +81,18 @@ def ops():
             if _ops_module is None:
                 _ops_module = _load()
     return _ops_module
+
+
+def try_load():
+    """Loads the library if possible; a failure is kept for the first op call.
+
+    Returns the failure (an OpLibraryError) or None.
+    """
+    try:
+        ops()
+    except OpLibraryError as e:
+        return e
+    return None
 
 
 def _library_handle():

@@ -58,7 +58,8 @@ def encode_int8(table):
     data = np.empty((rows, dim), np.int8)
     scales = np.empty((rows,), np.float32)
     for start in range(0, rows, _CHUNK_ROWS):
-        x = table[start:start + _CHUNK_ROWS].astype(np.float32)
+        with np.errstate(over="ignore"):  # reported just below
+            x = table[start:start + _CHUNK_ROWS].astype(np.float32)
         if not np.isfinite(x).all():
             raise ValueError("table has values beyond the float32 range")
         amax = np.abs(x).max(axis=1) if dim else np.zeros(len(x), np.float32)

@@ -1,0 +1,63 @@
+"""Kernel rows: TFCE_ISA forces one, a bad value is a clear error, and the
+op test files pass on every row this CPU supports (run in subprocesses, so
+each gets its own dispatch decision)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import tf_compressed_embedding as tfce
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OP_TEST_FILES = ["test_lookup_op.py", "test_fused_decode_axpy_op.py"]
+
+
+def run_python(code, **env):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **env},
+                          check=False)
+
+
+def test_active_isa_is_a_supported_row():
+    rows = tfce.supported_isas()
+    assert rows[-1] == "scalar"
+    assert tfce.active_isa() in rows
+    if "TFCE_ISA" not in os.environ:
+        assert tfce.active_isa() == rows[0]  # the best row by default
+
+
+def test_unknown_isa_is_a_clear_error():
+    result = run_python(
+        "import numpy as np, tensorflow as tf, tf_compressed_embedding as t\n"
+        "ct = t.quantize(np.ones((2, 2), np.float32), 'int8')\n"
+        "try:\n"
+        "    t.active_isa()\n"
+        "except ValueError as e:\n"
+        "    print('ACTIVE:', e)\n"
+        "try:\n"
+        "    t.compressed_embedding_lookup(ct, [0])\n"
+        "except tf.errors.InvalidArgumentError as e:\n"
+        "    print('OP:', e.message)\n", TFCE_ISA="avx9000")
+    assert result.returncode == 0, result.stderr
+    for prefix in ("ACTIVE:", "OP:"):
+        line = [l for l in result.stdout.splitlines() if l.startswith(prefix)]
+        assert line, result.stdout
+        assert "TFCE_ISA=avx9000 is not a kernel row of this library; valid " \
+               "values: " in line[0]
+        assert "scalar" in line[0]
+
+
+@pytest.mark.skipif("TFCE_ISA" in os.environ,
+                    reason="already running under a forced row")
+@pytest.mark.parametrize("isa", tfce.supported_isas())
+def test_op_suite_on_every_row(isa):
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         *OP_TEST_FILES],
+        cwd=HERE, capture_output=True, text=True, timeout=1200,
+        env={**os.environ, "TFCE_ISA": isa}, check=False)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    check = run_python("import tf_compressed_embedding as t; "
+                       "print(t.active_isa())", TFCE_ISA=isa)
+    assert check.stdout.strip() == isa
