@@ -11,12 +11,10 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
-#include "tensorflow/core/platform/errors.h"
 
 namespace tfce {
 namespace {
 
-namespace errors = ::tensorflow::errors;
 using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
@@ -31,7 +29,7 @@ absl::Status ParseCombiner(const std::string& name, Combiner* combiner) {
   } else if (name == "sqrtn") {
     *combiner = Combiner::kSqrtN;
   } else {
-    return errors::InvalidArgument(
+    return InvalidArgument(
         "combiner must be one of 'sum', 'mean', 'sqrtn', got '", name, "'");
   }
   return absl::OkStatus();
@@ -39,14 +37,14 @@ absl::Status ParseCombiner(const std::string& name, Combiner* combiner) {
 
 absl::Status ReadNumSegments(const Tensor& t, int64_t* num_segments) {
   if (t.dims() != 0) {
-    return errors::InvalidArgument("num_segments must be a scalar, not shape ",
+    return InvalidArgument("num_segments must be a scalar, not shape ",
                                    t.shape().DebugString());
   }
   const int64_t n = t.dtype() == tensorflow::DT_INT32
                         ? static_cast<int64_t>(t.scalar<int32_t>()())
                         : t.scalar<int64_t>()();
   if (n < 0) {
-    return errors::InvalidArgument("num_segments = ", n,
+    return InvalidArgument("num_segments = ", n,
                                    " must be >= 0");
   }
   *num_segments = n;
@@ -67,12 +65,12 @@ absl::Status SegmentOffsets(const Tensor& segment_ids, int64_t num_segments,
   for (int64_t i = 0; i < n; ++i) {
     const int64_t s = tensorflow::internal::SubtleMustCopy(seg(i));
     if (!tensorflow::FastBoundsCheck(s, num_segments)) {
-      return errors::InvalidArgument(
+      return InvalidArgument(
           "segment_ids[", i, "] = ", s, " is not in [0, ", num_segments,
           "): segment ids must be >= 0 and < num_segments");
     }
     if (s < prev) {
-      return errors::InvalidArgument(
+      return InvalidArgument(
           "segment_ids are not sorted: segment_ids[", i - 1, "] = ", prev,
           " > segment_ids[", i, "] = ", s);
     }
@@ -106,22 +104,22 @@ class FusedDecodeAxpyOp : public OpKernel {
     TableView view;
     OP_REQUIRES_OK(ctx, MakeTableView(table, scales, &view));
     OP_REQUIRES(ctx, ids.dims() == 1,
-                errors::InvalidArgument("ids must be a vector, but has shape ",
+                InvalidArgument("ids must be a vector, but has shape ",
                                         ids.shape().DebugString()));
     OP_REQUIRES(ctx, segment_ids.dims() == 1,
-                errors::InvalidArgument(
+                InvalidArgument(
                     "segment_ids must be a vector, but has shape ",
                     segment_ids.shape().DebugString()));
     const int64_t num_ids = ids.dim_size(0);
     OP_REQUIRES(ctx, segment_ids.dim_size(0) == num_ids,
-                errors::InvalidArgument(
+                InvalidArgument(
                     "segment_ids must have the same size as ids: ids has ",
                     num_ids, " elements, segment_ids has ",
                     segment_ids.dim_size(0)));
     OP_REQUIRES(ctx,
                 weights.dims() == 1 && (weights.dim_size(0) == num_ids ||
                                         weights.dim_size(0) == 0),
-                errors::InvalidArgument(
+                InvalidArgument(
                     "weights must have shape [", num_ids,
                     "] (one per id) or [0] (unweighted), but has shape ",
                     weights.shape().DebugString()));

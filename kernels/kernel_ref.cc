@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/fp16.h"
 
@@ -27,8 +28,10 @@ struct Int8Row {
 
 struct Fp16Row {
   static float Decode(const TableView& t, int64_t row, int64_t d) {
-    const uint16_t* h = static_cast<const uint16_t*>(t.data) + row * t.dim;
-    return HalfBitsToFloat(h[d]);
+    const char* h = static_cast<const char*>(t.data) + 2 * (row * t.dim + d);
+    uint16_t bits;
+    std::memcpy(&bits, h, 2);  // no alignment assumed
+    return HalfBitsToFloat(bits);
   }
 };
 

@@ -5,31 +5,29 @@
 
 #include "tensorflow/core/framework/bounds_check.h"
 #include "tensorflow/core/framework/types.h"
-#include "tensorflow/core/platform/errors.h"
 #include "tensorflow/core/util/util.h"
 #include "tensorflow/core/util/work_sharder.h"
 
 namespace tfce {
 
-namespace errors = ::tensorflow::errors;
 using ::tensorflow::Tensor;
 
 absl::Status MakeTableView(const Tensor& table, const Tensor& scales,
                            TableView* view) {
   if (table.dims() != 2) {
-    return errors::InvalidArgument(
+    return InvalidArgument(
         "table must be a matrix [rows, dim], but has shape ",
         table.shape().DebugString(), " (rank ", table.dims(), ")");
   }
   const int64_t rows = table.dim_size(0);
   const int64_t dim = table.dim_size(1);
   if (scales.dims() != 1) {
-    return errors::InvalidArgument("scales must be a vector, but has shape ",
+    return InvalidArgument("scales must be a vector, but has shape ",
                                    scales.shape().DebugString());
   }
   if (table.dtype() == tensorflow::DT_INT8) {
     if (scales.dim_size(0) != rows) {
-      return errors::InvalidArgument(
+      return InvalidArgument(
           "scales must have one float32 per table row: expected shape [",
           rows, "] for an int8 table of shape ", table.shape().DebugString(),
           ", but got ", scales.shape().DebugString());
@@ -39,7 +37,7 @@ absl::Status MakeTableView(const Tensor& table, const Tensor& scales,
     view->scales = scales.flat<float>().data();
   } else if (table.dtype() == tensorflow::DT_HALF) {
     if (scales.dim_size(0) != 0) {
-      return errors::InvalidArgument(
+      return InvalidArgument(
           "scales must be empty (shape [0]) for a float16 table, but got "
           "shape ",
           scales.shape().DebugString());
@@ -48,7 +46,7 @@ absl::Status MakeTableView(const Tensor& table, const Tensor& scales,
     view->data = table.data();
     view->scales = nullptr;
   } else {
-    return errors::InvalidArgument(
+    return InvalidArgument(
         "table dtype must be int8 or float16, got ",
         tensorflow::DataTypeString(table.dtype()));
   }
@@ -73,7 +71,7 @@ absl::Status FirstBadId(const Tensor& ids, int64_t rows,
                             : segment_ids->flat<int64_t>()(i);
       segment = absl::StrCat(" (in segment ", s, ")");
     }
-    return errors::InvalidArgument(
+    return InvalidArgument(
         "ids", tensorflow::SliceDebugString(ids.shape(), i), " = ", id,
         segment, " is not in [0, ", rows, "): the table has ", rows, " rows");
   }
@@ -94,13 +92,13 @@ absl::Status BadIdError(const Tensor& ids, int64_t rows,
   absl::Status status = CheckIds(ids, rows, segment_ids);
   if (!status.ok()) return status;
   // The kernel saw a bad id that is gone now: the ids changed under us.
-  return errors::Internal("ids changed while the op was reading them");
+  return absl::InternalError("ids changed while the op was reading them");
 }
 
 absl::Status GetKernels(const KernelSet** kernels) {
   std::string error;
   *kernels = SelectedKernels(&error);
-  if (*kernels == nullptr) return errors::InvalidArgument(error);
+  if (*kernels == nullptr) return absl::InvalidArgumentError(error);
   return absl::OkStatus();
 }
 

@@ -6,12 +6,20 @@
 #include <cstdint>
 #include <functional>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernel_api.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
 namespace tfce {
+
+// absl::InvalidArgumentError with the message built like TF's errors::.
+template <typename... Args>
+absl::Status InvalidArgument(const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(args...));
+}
 
 // Checks table [V, D] and scales ([V] for int8, [0] for half) and fills
 // *view. Everything is checked in 64-bit before any narrowing.

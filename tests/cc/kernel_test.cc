@@ -1,0 +1,259 @@
+// TF-free tests of the compute kernels, run for every row of the dispatch
+// table this CPU supports:
+//  - exact IEEE half -> float decoding (all 65536 bit patterns, against the
+//    compiler's own _Float16 conversion);
+//  - every row against an independent double-precision reference, dims
+//    1..33, 64, 100, 128, 129, 257, both storage types, both id widths, all
+//    combiners, weighted and not, with sentinel-padded outputs (no write
+//    outside the rows asked for) and unaligned table/output pointers;
+//  - every row returns false on ids < 0 or >= rows, as the reference does.
+// Prints "N passed, M failed" and exits non-zero on any failure.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/fp16.h"
+#include "kernels/kernel_api.h"
+
+namespace tfce {
+namespace {
+
+int g_passed = 0;
+int g_failed = 0;
+
+void Check(bool ok, const std::string& what) {
+  if (ok) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    std::printf("FAILED: %s\n", what.c_str());
+  }
+}
+
+constexpr float kSentinel = -12345.5f;
+constexpr int kPad = 16;  // sentinel floats before and after each output
+
+uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+void TestHalfDecoding() {
+  int mismatches = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    _Float16 half;
+    const uint16_t bits = static_cast<uint16_t>(h);
+    std::memcpy(&half, &bits, 2);
+    const float want = static_cast<float>(half);
+    const float got = HalfBitsToFloat(bits);
+    // NaNs must stay NaN (with sign); everything else bit-identical.
+    const bool ok = std::isnan(want) ? (std::isnan(got) &&
+                                        std::signbit(got) == std::signbit(want))
+                                     : Bits(got) == Bits(want);
+    if (!ok) ++mismatches;
+  }
+  Check(mismatches == 0, "HalfBitsToFloat on all 65536 half values: " +
+                             std::to_string(mismatches) + " mismatches");
+}
+
+struct Table {
+  Storage storage;
+  int64_t rows, dim;
+  // One spare element in front, so rows start off any vector alignment
+  // (tables sliced from bigger tensors do).
+  std::vector<uint8_t> bytes;
+  std::vector<float> scales;
+  std::vector<double> decoded;  // independent double-precision decode
+
+  size_t elem() const { return storage == Storage::kInt8 ? 1 : 2; }
+  const void* data() const { return bytes.data() + elem(); }
+  TableView View() const {
+    return TableView{storage, data(),
+                     storage == Storage::kInt8 ? scales.data() : nullptr, rows,
+                     dim};
+  }
+};
+
+Table MakeTable(Storage storage, int64_t rows, int64_t dim, std::mt19937* rng) {
+  Table t{storage, rows, dim, {}, {}, {}};
+  t.bytes.assign((1 + rows * dim) * t.elem(), 0);
+  t.decoded.resize(rows * dim);
+  std::uniform_int_distribution<int> q(-127, 127);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  if (storage == Storage::kInt8) {
+    t.scales.resize(rows);
+    for (int64_t r = 0; r < rows; ++r) t.scales[r] = std::fabs(normal(*rng)) / 127;
+  }
+  for (int64_t i = 0; i < rows * dim; ++i) {
+    if (storage == Storage::kInt8) {
+      const int8_t v = static_cast<int8_t>(q(*rng));
+      std::memcpy(&t.bytes[1 + i], &v, 1);  // after the spare byte
+      // The product of an int8 and a float is exact in double and rounds
+      // once to float: the reference decode is that rounding.
+      t.decoded[i] = static_cast<float>(static_cast<double>(v) *
+                                        static_cast<double>(t.scales[i / dim]));
+    } else {
+      const _Float16 h = static_cast<_Float16>(normal(*rng));
+      std::memcpy(&t.bytes[2 + 2 * i], &h, 2);
+      t.decoded[i] = static_cast<double>(static_cast<float>(h));
+    }
+  }
+  return t;
+}
+
+// Output with kPad sentinels on each side; returns a deliberately
+// unaligned interior pointer (offset by one float).
+struct Padded {
+  std::vector<float> buf;
+  explicit Padded(int64_t n) : buf(n + 2 * kPad + 2, kSentinel) {}
+  float* out() { return buf.data() + kPad + 1; }
+  bool PadsIntact() const {
+    for (int i = 0; i < kPad + 1; ++i) {
+      if (buf[i] != kSentinel || buf[buf.size() - 1 - i] != kSentinel) {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+template <typename Index>
+void TestRowLookup(const KernelSet& row, const Table& t, std::mt19937* rng) {
+  const int64_t n = 23;
+  std::vector<Index> ids(n);
+  std::uniform_int_distribution<int64_t> pick(0, t.rows - 1);
+  for (auto& id : ids) id = static_cast<Index>(pick(*rng));
+  ids[0] = static_cast<Index>(t.rows - 1);
+  Padded out(n * t.dim);
+  // Decode positions [3, n): rows 0..2 must keep their sentinels.
+  LookupArgs args{t.View(), IdsView{ids.data(), sizeof(Index) == 8}, 3, n,
+                  out.out()};
+  const std::string where = std::string(row.isa) + " lookup " +
+                            (t.storage == Storage::kInt8 ? "int8" : "fp16") +
+                            " dim=" + std::to_string(t.dim) +
+                            " idx" + std::to_string(8 * sizeof(Index));
+  Check(row.lookup(args), where + ": returned false on valid ids");
+  bool exact = true, untouched = true;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t d = 0; d < t.dim; ++d) {
+      const float got = out.out()[i * t.dim + d];
+      if (i < 3) {
+        untouched &= got == kSentinel;
+      } else {
+        exact &= got == static_cast<float>(t.decoded[ids[i] * t.dim + d]);
+      }
+    }
+  }
+  Check(exact, where + ": differs from the reference decode");
+  Check(untouched && out.PadsIntact(), where + ": wrote outside its rows");
+  for (int64_t bad : {int64_t{-1}, t.rows}) {
+    ids[5] = static_cast<Index>(bad);
+    Check(!row.lookup(args), where + ": accepted id " + std::to_string(bad));
+  }
+}
+
+template <typename Index>
+void TestRowPool(const KernelSet& row, const Table& t, Combiner combiner,
+                 bool weighted, std::mt19937* rng) {
+  // Bags: 0 empty, 1 long, 2 single, 3 duplicates, 4 empty, 5 mixed.
+  const std::vector<int64_t> sizes = {0, 70, 1, 6, 0, 9};
+  std::vector<int64_t> offsets = {0};
+  for (int64_t s : sizes) offsets.push_back(offsets.back() + s);
+  const int64_t n = offsets.back(), bags = sizes.size();
+  std::vector<Index> ids(n);
+  std::vector<float> weights(n);
+  std::uniform_int_distribution<int64_t> pick(0, t.rows - 1);
+  std::uniform_real_distribution<float> w(0.5f, 1.5f);
+  for (int64_t i = 0; i < n; ++i) {
+    ids[i] = static_cast<Index>(i >= offsets[3] && i < offsets[4] ? 4 : pick(*rng));
+    weights[i] = w(*rng);
+  }
+  ids[offsets[1]] = static_cast<Index>(t.rows - 1);
+  Padded out(bags * t.dim);
+  PoolArgs args{t.View(), IdsView{ids.data(), sizeof(Index) == 8},
+                weighted ? weights.data() : nullptr, offsets.data(), combiner,
+                1, bags, out.out()};  // bag 0 is left to other threads
+  const std::string where =
+      std::string(row.isa) + " pool " +
+      (t.storage == Storage::kInt8 ? "int8" : "fp16") + " dim=" +
+      std::to_string(t.dim) + " combiner=" +
+      std::to_string(static_cast<int>(combiner)) +
+      (weighted ? " weighted" : "") + " idx" + std::to_string(8 * sizeof(Index));
+  Check(row.pool(args), where + ": returned false on valid ids");
+  bool close = true, untouched = true;
+  for (int64_t d = 0; d < t.dim; ++d) untouched &= out.out()[d] == kSentinel;
+  for (int64_t b = 1; b < bags; ++b) {
+    for (int64_t d = 0; d < t.dim; ++d) {
+      double sum = 0, mag = 0, wsum = 0, w2sum = 0;
+      for (int64_t i = offsets[b]; i < offsets[b + 1]; ++i) {
+        const double wi = weighted ? weights[i] : 1.0;
+        const double term = wi * t.decoded[ids[i] * t.dim + d];
+        sum += term;
+        mag += std::fabs(term);
+        wsum += wi;
+        w2sum += wi * wi;
+      }
+      double denom = 1;
+      if (combiner == Combiner::kMean) denom = wsum;
+      if (combiner == Combiner::kSqrtN) denom = std::sqrt(w2sum);
+      const double want = denom == 0 ? 0 : sum / denom;
+      // float32 accumulation of L terms, plus the divide and last rounding.
+      const double bound = denom == 0 ? 0
+          : (sizes[b] + 2) * 1.1920929e-7 * mag / std::fabs(denom) + 1e-30;
+      close &= std::fabs(out.out()[b * t.dim + d] - want) <= bound;
+    }
+  }
+  Check(close, where + ": beyond the float32 accumulation bound");
+  Check(untouched && out.PadsIntact(), where + ": wrote outside its bags");
+  for (int64_t bad : {int64_t{-1}, t.rows}) {
+    ids[offsets[5] + 2] = static_cast<Index>(bad);
+    Check(!row.pool(args), where + ": accepted id " + std::to_string(bad));
+  }
+}
+
+void TestAllRows() {
+  int num_rows = 0;
+  const KernelSet* rows = KernelTable(&num_rows);
+  Check(std::strcmp(rows[num_rows - 1].isa, "scalar") == 0,
+        "the last row of the dispatch table is the scalar reference");
+  std::vector<int64_t> dims;
+  for (int64_t d = 1; d <= 33; ++d) dims.push_back(d);
+  for (int64_t d : {64, 100, 128, 129, 257}) dims.push_back(d);
+  for (int r = 0; r < num_rows; ++r) {
+    const KernelSet& row = rows[r];
+    if (!row.cpu_supports()) {
+      std::printf("skipping row %s: not supported by this CPU\n", row.isa);
+      continue;
+    }
+    std::mt19937 rng(1234);
+    for (Storage storage : {Storage::kInt8, Storage::kFp16}) {
+      for (int64_t dim : dims) {
+        const Table t = MakeTable(storage, 31, dim, &rng);
+        TestRowLookup<int32_t>(row, t, &rng);
+        TestRowLookup<int64_t>(row, t, &rng);
+        for (Combiner c : {Combiner::kSum, Combiner::kMean, Combiner::kSqrtN}) {
+          for (bool weighted : {false, true}) {
+            TestRowPool<int32_t>(row, t, c, weighted, &rng);
+            TestRowPool<int64_t>(row, t, c, weighted, &rng);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tfce
+
+int main() {
+  tfce::TestHalfDecoding();
+  tfce::TestAllRows();
+  std::printf("%d passed, %d failed\n", tfce::g_passed, tfce::g_failed);
+  return tfce::g_failed == 0 ? 0 : 1;
+}
