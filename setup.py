@@ -25,8 +25,14 @@ OP_LIBRARY_SOURCES = {
     "kernels/op_util.cc": [],
     "kernels/dispatch.cc": [],
     "kernels/cpu_features.cc": [],
-    # The reference kernel rounds "multiply, then add", never fused.
+    # Kernel files: the reference rounds "multiply, then add", never fused;
+    # each ISA file gets its ISA's flags, and only it. No file contracts
+    # a * b + c on its own: FMAs are written out where they are meant.
     "kernels/kernel_ref.cc": ["-ffp-contract=off"],
+    "kernels/kernel_sse41.cc": ["-ffp-contract=off", "-msse4.1"],
+    "kernels/kernel_avx2.cc": ["-ffp-contract=off", "-mavx2", "-mfma", "-mf16c"],
+    "kernels/kernel_avx512.cc": ["-ffp-contract=off", "-mavx512f", "-mavx512bw",
+                                 "-mavx512vl", "-mavx2", "-mfma", "-mf16c"],
 }
 
 SANITIZER_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",

@@ -10,6 +10,18 @@ namespace tfce {
 
 // Entry points of each kernel file. Adding an ISA is one file plus one
 // declaration block and one table row here.
+namespace avx512 {
+bool Lookup(const LookupArgs& args);
+bool Pool(const PoolArgs& args);
+}  // namespace avx512
+namespace avx2 {
+bool Lookup(const LookupArgs& args);
+bool Pool(const PoolArgs& args);
+}  // namespace avx2
+namespace sse41 {
+bool Lookup(const LookupArgs& args);
+bool Pool(const PoolArgs& args);
+}  // namespace sse41
 namespace ref {
 bool Lookup(const LookupArgs& args);
 bool Pool(const PoolArgs& args);
@@ -17,9 +29,22 @@ bool Pool(const PoolArgs& args);
 
 namespace {
 
+// Each row needs every feature its file is compiled for (see setup.py).
+bool HasAvx512() {
+  const CpuFeatures& f = GetCpuFeatures();
+  return f.avx512f && f.avx512bw && f.avx512vl && f.avx2 && f.fma && f.f16c;
+}
+bool HasAvx2() {
+  const CpuFeatures& f = GetCpuFeatures();
+  return f.avx2 && f.fma && f.f16c;
+}
+bool HasSse41() { return GetCpuFeatures().sse41; }
 bool AlwaysSupported() { return true; }
 
 const KernelSet kKernelTable[] = {
+    {"avx512", &HasAvx512, &avx512::Lookup, &avx512::Pool},
+    {"avx2", &HasAvx2, &avx2::Lookup, &avx2::Pool},
+    {"sse", &HasSse41, &sse41::Lookup, &sse41::Pool},
     {"scalar", &AlwaysSupported, &ref::Lookup, &ref::Pool},
 };
 constexpr int kNumRows = sizeof(kKernelTable) / sizeof(kKernelTable[0]);
@@ -69,6 +94,20 @@ Selection Select() {
 }
 
 }  // namespace
+
+int64_t PrefetchRows() {
+  static const int64_t rows = [] {
+    const char* value = std::getenv("TFCE_PREFETCH_ROWS");
+    if (value == nullptr || *value == '\0') return kDefaultPrefetchRows;
+    char* end = nullptr;
+    const long long parsed = std::strtoll(value, &end, 10);
+    // A bad value falls back to the default: it is a tuning hint only.
+    return (*end == '\0' && parsed >= 0 && parsed <= 4096)
+               ? static_cast<int64_t>(parsed)
+               : kDefaultPrefetchRows;
+  }();
+  return rows;
+}
 
 const KernelSet* KernelTable(int* num_rows) {
   *num_rows = kNumRows;

@@ -2,6 +2,7 @@
 #ifndef TFCE_KERNELS_DISPATCH_H_
 #define TFCE_KERNELS_DISPATCH_H_
 
+#include <cstdint>
 #include <string>
 
 #include "kernels/kernel_api.h"
@@ -22,6 +23,11 @@ const KernelSet* KernelTable(int* num_rows);
 // supports. Returns null and sets *error when TFCE_ISA names an unknown row
 // or one this CPU cannot run. Decided once; later calls return the same.
 const KernelSet* SelectedKernels(std::string* error);
+
+// How many ids ahead the pooling kernels prefetch rows: TFCE_PREFETCH_ROWS
+// if set (0 disables), else kDefaultPrefetchRows. Read once per process.
+constexpr int64_t kDefaultPrefetchRows = 64;
+int64_t PrefetchRows();
 
 }  // namespace tfce
 

@@ -64,6 +64,9 @@ struct PoolArgs {
   int64_t bag_begin;           // bags [bag_begin, bag_end) are computed
   int64_t bag_end;
   float* out;                  // [num_bags, dim]
+  // How many ids ahead to prefetch rows (0: no prefetch). A hint: it never
+  // changes results, and the reference kernel ignores it.
+  int64_t prefetch_rows;
 };
 
 using LookupFn = bool (*)(const LookupArgs&);

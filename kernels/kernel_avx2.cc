@@ -1,0 +1,97 @@
+// AVX2 + FMA + F16C kernels (8 floats per vector). Only this file is built
+// with -mavx2 -mfma -mf16c; the dispatch table calls it only on CPUs (and
+// OSes) that support all three. Every instruction here is VEX-encoded, and
+// the compiler puts vzeroupper at each exit, so there are no AVX/SSE
+// transition stalls in the caller.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/kernel_api.h"
+
+namespace tfce {
+namespace {
+
+struct Avx2 {
+  static constexpr int kLanes = 8;
+  using Vec = __m256;
+
+  static Vec Zero() { return _mm256_setzero_ps(); }
+  static Vec Set1(float x) { return _mm256_set1_ps(x); }
+  static Vec MulAdd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+  static Vec Add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  static Vec Mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+  static Vec Div(Vec a, Vec b) { return _mm256_div_ps(a, b); }
+  static void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+  static void Prefetch(const void* p) {
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+  }
+
+  // One 8-byte load, widened in registers.
+  static Vec LoadInt8(const int8_t* p) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+  }
+  static Vec LoadHalf(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+
+  // Tails (n < 8): the first four elements with one exact narrower load
+  // (dim 12 = 8 + 4 needs nothing else), the last n % 4 staged through a
+  // register, so nothing past the row is read.
+  static uint64_t Stage(const void* p, int bytes) {
+    uint64_t v = 0;
+    __builtin_memcpy(&v, p, bytes);
+    return v;
+  }
+  static Vec LoadInt8Tail(const int8_t* p, int n) {
+    uint64_t bytes;
+    if (n >= 4) {
+      uint32_t four;
+      __builtin_memcpy(&four, p, 4);
+      bytes = four | (Stage(p + 4, n - 4) << 32);
+    } else {
+      bytes = Stage(p, n);
+    }
+    const __m128i q = _mm_cvtsi64_si128(static_cast<long long>(bytes));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+  }
+  static Vec LoadHalfTail(const uint16_t* p, int n) {
+    __m128i h;
+    if (n >= 4) {
+      const __m128i four = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+      h = _mm_insert_epi64(four, static_cast<long long>(Stage(p + 4, 2 * (n - 4))), 1);
+    } else {
+      h = _mm_cvtsi64_si128(static_cast<long long>(Stage(p, 2 * n)));
+    }
+    return _mm256_cvtph_ps(h);
+  }
+  static void StoreTail(float* p, Vec v, int n) {
+    __m128 part = _mm256_castps256_ps128(v);
+    if (n >= 4) {
+      _mm_storeu_ps(p, part);
+      part = _mm256_extractf128_ps(v, 1);
+      p += 4;
+      n -= 4;
+    }
+    if (n > 0) {
+      const __m128i mask =
+          _mm_cmpgt_epi32(_mm_set1_epi32(n), _mm_setr_epi32(0, 1, 2, 3));
+      _mm_maskstore_ps(p, mask, part);
+    }
+  }
+};
+
+}  // namespace
+}  // namespace tfce
+
+#include "kernels/simd_kernels_inl.h"
+
+namespace tfce {
+namespace avx2 {
+
+bool Lookup(const LookupArgs& args) { return SimdLookup<Avx2>(args); }
+bool Pool(const PoolArgs& args) { return SimdPool<Avx2>(args); }
+
+}  // namespace avx2
+}  // namespace tfce

@@ -1,0 +1,323 @@
+// The SIMD kernels, written once over an ISA's vector traits.
+//
+// Each ISA file (kernel_sse41.cc, kernel_avx2.cc, kernel_avx512.cc) defines a
+// traits struct `Isa` in an anonymous namespace, compiled with that file's
+// ISA flags, and then includes this header, which instantiates the kernels
+// for it. Everything here is in an anonymous namespace and depends on no
+// inline function shared with other files: code compiled with -mavx2 must
+// never be picked by the linker for a caller on a CPU without AVX2.
+//
+// The traits provide, for a vector of Isa::kLanes floats:
+//   Vec Zero(), Set1(float), MulAdd(a, b, c) = a * b + c, Add, Mul, Div
+//   Vec LoadInt8(const int8_t*), LoadHalf(const uint16_t*)   kLanes elements
+//   void Store(float*, Vec)
+//   Vec LoadInt8Tail(p, n), LoadHalfTail(p, n), StoreTail(p, v, n)
+//     for 0 < n < kLanes: touch only n elements (no read or write past them;
+//     a narrower exact vector path first, then masks or staging).
+//   void Prefetch(const void*)
+//
+// Techniques (see benchmarks/RESULTS.md for what each one buys):
+//  - contiguous loads of the stored row, widened in registers;
+//  - decode fused with the weighted accumulation (one FMA per vector: the
+//    row's scale is folded into the weight), accumulators in registers for
+//    the whole bag, the decoded row never stored;
+//  - the dimension split chosen once per call: fixed dims (8, 12, 16, 32,
+//    64, 128) fully unrolled at compile time, others as blocks of kMaxVecs
+//    vectors plus one remainder block, all from the same template;
+//  - two independent accumulator sets over alternate ids when a block is
+//    short, so consecutive FMAs do not wait on each other;
+//  - software prefetch of the rows `prefetch_rows` ids ahead.
+#ifndef TFCE_KERNELS_SIMD_KERNELS_INL_H_
+#define TFCE_KERNELS_SIMD_KERNELS_INL_H_
+
+#include <cstdint>
+
+#include "kernels/kernel_api.h"
+
+namespace tfce {
+namespace {
+
+inline bool InRange(int64_t id, int64_t rows) {
+  return static_cast<uint64_t>(id) < static_cast<uint64_t>(rows);
+}
+
+// The storage formats, as seen by the kernels: how to load a row's elements
+// and which factor the row's values are multiplied by when decoding.
+template <class Isa>
+struct Int8Rows {
+  using Elem = int8_t;
+  using Vec = typename Isa::Vec;
+  static float Scale(const TableView& t, int64_t id) { return t.scales[id]; }
+  static Vec Load(const Elem* p) { return Isa::LoadInt8(p); }
+  static Vec LoadTail(const Elem* p, int n) { return Isa::LoadInt8Tail(p, n); }
+};
+
+template <class Isa>
+struct HalfRows {
+  using Elem = uint16_t;
+  using Vec = typename Isa::Vec;
+  static float Scale(const TableView&, int64_t) { return 1.0f; }
+  static Vec Load(const Elem* p) { return Isa::LoadHalf(p); }
+  static Vec LoadTail(const Elem* p, int n) { return Isa::LoadHalfTail(p, n); }
+};
+
+template <class Rows>
+const typename Rows::Elem* RowPtr(const TableView& t, int64_t id) {
+  return static_cast<const typename Rows::Elem*>(t.data) + id * t.dim;
+}
+
+template <class Isa, class Rows>
+void PrefetchRow(const TableView& t, int64_t id) {
+  const char* p = reinterpret_cast<const char*>(RowPtr<Rows>(t, id));
+  const int64_t bytes = t.dim * static_cast<int64_t>(sizeof(typename Rows::Elem));
+  if (bytes == 0) return;
+  for (int64_t off = 0; off < bytes; off += 64) Isa::Prefetch(p + off);
+  Isa::Prefetch(p + bytes - 1);  // a row may straddle one more line
+}
+
+// ---------------------------------------------------------------- lookup
+
+template <class Isa, class Rows, class Index>
+bool LookupImpl(const LookupArgs& a) {
+  constexpr int W = Isa::kLanes;
+  const Index* ids = static_cast<const Index*>(a.ids.data);
+  const int64_t dim = a.table.dim;
+  const int64_t full = dim / W * W;
+  const int tail = static_cast<int>(dim - full);
+  for (int64_t i = a.begin; i < a.end; ++i) {
+    const int64_t id = static_cast<int64_t>(ids[i]);
+    if (!InRange(id, a.table.rows)) return false;
+    const typename Rows::Elem* row = RowPtr<Rows>(a.table, id);
+    const typename Isa::Vec scale = Isa::Set1(Rows::Scale(a.table, id));
+    float* out = a.out + i * dim;
+    // One multiply per element, exactly as the reference: bit-identical.
+    for (int64_t d = 0; d < full; d += W) {
+      Isa::Store(out + d, Isa::Mul(Rows::Load(row + d), scale));
+    }
+    if (tail) {
+      Isa::StoreTail(out + full,
+                     Isa::Mul(Rows::LoadTail(row + full, tail), scale), tail);
+    }
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- pool
+
+// Everything one bag needs, decided before its blocks run.
+struct BagState {
+  int64_t begin, end;        // ids of the bag
+  int64_t prefetch_end;      // ids at or past this are not prefetched
+  bool zero;                 // zero denominator: the bag's output is zeros
+  float denom;               // 1 for sum
+};
+
+// Accumulates one block of a bag's output: kVecs full vectors starting at
+// element d0, plus `tail` (< kLanes) elements after them when kTail.
+template <class Isa, class Rows, class Index, int kVecs, bool kTail>
+bool PoolBlock(const PoolArgs& a, const Index* ids, const BagState& bag,
+               int64_t d0, int tail, bool prefetch, float* out) {
+  using Vec = typename Isa::Vec;
+  constexpr int W = Isa::kLanes;
+  constexpr int kAcc = kVecs + (kTail ? 1 : 0);
+  // Short blocks get a second accumulator set (odd ids) for parallelism.
+  constexpr int kSets = kAcc <= 2 ? 2 : 1;
+  Vec acc[kSets][kAcc > 0 ? kAcc : 1];
+  for (int s = 0; s < kSets; ++s) {
+    for (int k = 0; k < kAcc; ++k) acc[s][k] = Isa::Zero();
+  }
+  const TableView& t = a.table;
+  const int64_t rows = t.rows;
+  const int64_t distance = a.prefetch_rows;
+  prefetch = prefetch && distance > 0;
+  int64_t i = bag.begin;
+  for (; i + kSets <= bag.end; i += kSets) {
+    for (int s = 0; s < kSets; ++s) {
+      const int64_t id = static_cast<int64_t>(ids[i + s]);
+      if (!InRange(id, rows)) return false;
+      if (prefetch && i + s + distance < bag.prefetch_end) {
+        const int64_t ahead = static_cast<int64_t>(ids[i + s + distance]);
+        if (InRange(ahead, rows)) PrefetchRow<Isa, Rows>(t, ahead);
+      }
+      const float w = a.weights ? a.weights[i + s] : 1.0f;
+      const Vec factor = Isa::Set1(w * Rows::Scale(t, id));
+      const typename Rows::Elem* row = RowPtr<Rows>(t, id) + d0;
+      for (int k = 0; k < kVecs; ++k) {
+        acc[s][k] = Isa::MulAdd(Rows::Load(row + k * W), factor, acc[s][k]);
+      }
+      if (kTail) {
+        acc[s][kVecs] = Isa::MulAdd(Rows::LoadTail(row + kVecs * W, tail),
+                                    factor, acc[s][kVecs]);
+      }
+    }
+  }
+  for (; i < bag.end; ++i) {  // the odd id left over with two sets
+    const int64_t id = static_cast<int64_t>(ids[i]);
+    if (!InRange(id, rows)) return false;
+    const float w = a.weights ? a.weights[i] : 1.0f;
+    const Vec factor = Isa::Set1(w * Rows::Scale(t, id));
+    const typename Rows::Elem* row = RowPtr<Rows>(t, id) + d0;
+    for (int k = 0; k < kVecs; ++k) {
+      acc[0][k] = Isa::MulAdd(Rows::Load(row + k * W), factor, acc[0][k]);
+    }
+    if (kTail) {
+      acc[0][kVecs] = Isa::MulAdd(Rows::LoadTail(row + kVecs * W, tail),
+                                  factor, acc[0][kVecs]);
+    }
+  }
+  const Vec denom = Isa::Set1(bag.denom);
+  for (int k = 0; k < kAcc; ++k) {
+    Vec v = kSets == 2 ? Isa::Add(acc[0][k], acc[kSets - 1][k]) : acc[0][k];
+    if (bag.zero) {
+      v = Isa::Zero();
+    } else if (a.combiner != Combiner::kSum) {
+      v = Isa::Div(v, denom);  // a divide, as the reference: same rounding
+    }
+    if (kTail && k == kVecs) {
+      Isa::StoreTail(out + d0 + k * W, v, tail);
+    } else {
+      Isa::Store(out + d0 + k * W, v);
+    }
+  }
+  return true;
+}
+
+// Most vectors one block holds in registers.
+template <class Isa>
+constexpr int MaxBlockVecs() {
+  return 8;
+}
+
+// Signature of the per-call choice: one bag, all of its blocks.
+template <class Index>
+using BagFn = bool (*)(const PoolArgs&, const Index*, const BagState&, float*);
+
+// A dimension known at compile time: blocks of kMax vectors, then one
+// block with the remaining vectors and lanes, all counts constant.
+template <class Isa, class Rows, class Index, int kDim>
+bool PoolBagFixed(const PoolArgs& a, const Index* ids, const BagState& bag,
+                  float* out) {
+  constexpr int W = Isa::kLanes;
+  constexpr int kMax = MaxBlockVecs<Isa>();
+  constexpr int kFullBlocks = kDim / W / kMax;
+  constexpr int kRestVecs = kDim / W % kMax;
+  constexpr int kTailLanes = kDim % W;
+  for (int b = 0; b < kFullBlocks; ++b) {
+    if (!PoolBlock<Isa, Rows, Index, kMax, false>(a, ids, bag, b * kMax * W,
+                                                  0, b == 0, out)) {
+      return false;
+    }
+  }
+  if (kRestVecs == 0 && kTailLanes == 0) return true;
+  return PoolBlock<Isa, Rows, Index, kRestVecs, (kTailLanes > 0)>(
+      a, ids, bag, kFullBlocks * kMax * W, kTailLanes, kFullBlocks == 0, out);
+}
+
+// The remainder block of a runtime dimension, by its vector count.
+template <class Isa, class Rows, class Index, bool kTail, int kVecs = 0>
+bool PoolRemainder(const PoolArgs& a, const Index* ids, const BagState& bag,
+                   int64_t d0, int vecs, int tail, bool prefetch, float* out) {
+  if constexpr (kVecs + 1 < MaxBlockVecs<Isa>()) {
+    if (vecs > kVecs) {
+      return PoolRemainder<Isa, Rows, Index, kTail, kVecs + 1>(
+          a, ids, bag, d0, vecs, tail, prefetch, out);
+    }
+  }
+  return PoolBlock<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, d0, tail,
+                                                   prefetch, out);
+}
+
+// Any dimension: full blocks of kMax vectors, then one remainder block.
+template <class Isa, class Rows, class Index>
+bool PoolBagGeneric(const PoolArgs& a, const Index* ids, const BagState& bag,
+                    float* out) {
+  constexpr int W = Isa::kLanes;
+  constexpr int kMax = MaxBlockVecs<Isa>();
+  const int64_t dim = a.table.dim;
+  int64_t d0 = 0;
+  for (; d0 + kMax * W <= dim; d0 += kMax * W) {
+    if (!PoolBlock<Isa, Rows, Index, kMax, false>(a, ids, bag, d0, 0, d0 == 0,
+                                                  out)) {
+      return false;
+    }
+  }
+  const int64_t rest = dim - d0;
+  if (rest == 0) return true;
+  const int vecs = static_cast<int>(rest / W);
+  const int tail = static_cast<int>(rest % W);
+  return tail ? PoolRemainder<Isa, Rows, Index, true>(a, ids, bag, d0, vecs,
+                                                      tail, d0 == 0, out)
+              : PoolRemainder<Isa, Rows, Index, false>(a, ids, bag, d0, vecs,
+                                                       0, d0 == 0, out);
+}
+
+template <class Isa, class Rows, class Index>
+BagFn<Index> ChooseBagFn(int64_t dim) {
+  switch (dim) {
+    case 8: return &PoolBagFixed<Isa, Rows, Index, 8>;
+    case 12: return &PoolBagFixed<Isa, Rows, Index, 12>;
+    case 16: return &PoolBagFixed<Isa, Rows, Index, 16>;
+    case 32: return &PoolBagFixed<Isa, Rows, Index, 32>;
+    case 64: return &PoolBagFixed<Isa, Rows, Index, 64>;
+    case 128: return &PoolBagFixed<Isa, Rows, Index, 128>;
+    default: return &PoolBagGeneric<Isa, Rows, Index>;
+  }
+}
+
+template <class Isa, class Rows, class Index>
+bool PoolImpl(const PoolArgs& a) {
+  const Index* ids = static_cast<const Index*>(a.ids.data);
+  const BagFn<Index> bag_fn = ChooseBagFn<Isa, Rows, Index>(a.table.dim);
+  const int64_t prefetch_end = a.bag_offsets[a.bag_end];
+  for (int64_t b = a.bag_begin; b < a.bag_end; ++b) {
+    BagState bag;
+    bag.begin = a.bag_offsets[b];
+    bag.end = a.bag_offsets[b + 1];
+    bag.prefetch_end = prefetch_end;
+    // The denominator in the reference's order, so both agree exactly.
+    float wsum = 0.0f, w2sum = 0.0f;
+    if (a.combiner != Combiner::kSum) {
+      for (int64_t i = bag.begin; i < bag.end; ++i) {
+        const float w = a.weights ? a.weights[i] : 1.0f;
+        wsum = wsum + w;
+        w2sum = w2sum + w * w;
+      }
+    }
+    bag.denom = a.combiner == Combiner::kMean    ? wsum
+                : a.combiner == Combiner::kSqrtN ? __builtin_sqrtf(w2sum)
+                                                 : 1.0f;
+    bag.zero = bag.denom == 0.0f;
+    if (!bag_fn(a, ids, bag, a.out + b * a.table.dim)) return false;
+  }
+  return true;
+}
+
+template <class Isa, template <class> class Rows>
+bool LookupRows(const LookupArgs& a) {
+  return a.ids.is_int64 ? LookupImpl<Isa, Rows<Isa>, int64_t>(a)
+                        : LookupImpl<Isa, Rows<Isa>, int32_t>(a);
+}
+
+template <class Isa, template <class> class Rows>
+bool PoolRows(const PoolArgs& a) {
+  return a.ids.is_int64 ? PoolImpl<Isa, Rows<Isa>, int64_t>(a)
+                        : PoolImpl<Isa, Rows<Isa>, int32_t>(a);
+}
+
+// The two entry points an ISA file exports through the dispatch table.
+template <class Isa>
+bool SimdLookup(const LookupArgs& args) {
+  return args.table.storage == Storage::kInt8 ? LookupRows<Isa, Int8Rows>(args)
+                                              : LookupRows<Isa, HalfRows>(args);
+}
+
+template <class Isa>
+bool SimdPool(const PoolArgs& args) {
+  return args.table.storage == Storage::kInt8 ? PoolRows<Isa, Int8Rows>(args)
+                                              : PoolRows<Isa, HalfRows>(args);
+}
+
+}  // namespace
+}  // namespace tfce
+
+#endif  // TFCE_KERNELS_SIMD_KERNELS_INL_H_
