@@ -77,8 +77,9 @@ class OpLibrary(Extension):
         self.extra_per_file_flags = per_file_flags
 
 
-setup(
-    ext_modules=[OpLibrary("tf_compressed_embedding._ops",
-                           OP_LIBRARY_SOURCES)],
-    cmdclass={"build_ext": BuildOpLibrary},
-)
+if __name__ == "__main__":  # importable for its flag table (tools/kernel_objects.py)
+    setup(
+        ext_modules=[OpLibrary("tf_compressed_embedding._ops",
+                               OP_LIBRARY_SOURCES)],
+        cmdclass={"build_ext": BuildOpLibrary},
+    )

@@ -115,6 +115,10 @@ void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
 
 }  // namespace tfce
 
+#ifndef TFCE_TF_VERSION  // set by setup.py and tools/configure_bazel.py
+#define TFCE_TF_VERSION "unknown"
+#endif
+
 // Read by the Python loader (without loading) to check that this library was
 // built against the TensorFlow it is about to be loaded into.
 extern "C" __attribute__((used, visibility("default")))

@@ -1,0 +1,342 @@
+// The ladder: what each kernel technique buys, one step at a time, with no
+// TensorFlow in the loop. Each step pools 512 bags of weighted int8 or fp16
+// rows; FP32 pooling is the baseline. Steps 0-4 are written here for the
+// comparison; steps 5-6 are the shipped AVX2 kernels (kernels/kernel_avx2.cc)
+// without and with prefetch, called through the dispatch table.
+//
+//   fp32     FP32 table, AVX2 FMA pooling (the baseline)
+//   0 naive  scalar decode of each row to an FP32 buffer, then scalar pool
+//   1 simd   SIMD decode to the buffer (lanes built element by element),
+//            SIMD pool from the buffer; scalar remainder
+//   2 +rem4  + a 4-lane vector path for the remainder (dim 12 = 8 + 4)
+//   3 +load  + contiguous 8-byte loads widened in registers
+//   4 +fused decode fused into the FMA accumulation, no FP32 buffer
+//   5 +shape the shipped kernel without prefetch: dims specialised at compile
+//            time, accumulators in registers, two accumulator sets
+//   6 +pref  the shipped kernel: + software prefetch 64 ids ahead
+//
+// Usage: ladder ROWS DIM BAGS IDS_PER_BAG REPEATS   (CSV lines on stdout)
+// Built and run by benchmarks/ladder.py.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/fp16.h"
+#include "kernels/kernel_api.h"
+
+namespace {
+
+using tfce::Storage;
+
+struct Workload {
+  int64_t rows, dim, bags, per_bag;
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  std::vector<uint16_t> half;
+  std::vector<float> fp32;
+  std::vector<std::vector<int64_t>> id_batches;  // rotating, defeats reuse
+  std::vector<int64_t> offsets;
+  std::vector<float> weights;
+};
+
+// ---------------------------------------------------------- steps 0-4
+
+float DecodeScalar(const Workload& w, Storage s, int64_t id, int64_t d) {
+  return s == Storage::kInt8 ? w.q[id * w.dim + d] * w.scales[id]
+                             : tfce::HalfBitsToFloat(w.half[id * w.dim + d]);
+}
+
+// Step 0: decode to a buffer, then pool, all scalar.
+void Naive(const Workload& w, Storage s, const int64_t* ids, float* out) {
+  std::vector<float> buf(w.dim);
+  for (int64_t b = 0; b < w.bags; ++b) {
+    float* o = out + b * w.dim;
+    std::fill(o, o + w.dim, 0.0f);
+    for (int64_t i = w.offsets[b]; i < w.offsets[b + 1]; ++i) {
+      for (int64_t d = 0; d < w.dim; ++d) buf[d] = DecodeScalar(w, s, ids[i], d);
+      for (int64_t d = 0; d < w.dim; ++d) o[d] += w.weights[i] * buf[d];
+    }
+  }
+}
+
+// Decodes 8 elements with lanes built one by one (what a first SIMD port
+// of a scalar loop does).
+__m256 DecodeLanes8(const Workload& w, Storage s, int64_t id, int64_t d) {
+  if (s == Storage::kInt8) {
+    const int8_t* p = &w.q[id * w.dim + d];
+    const __m256 v = _mm256_setr_ps(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+    return _mm256_mul_ps(v, _mm256_set1_ps(w.scales[id]));
+  }
+  const uint16_t* p = &w.half[id * w.dim + d];
+  return _mm256_cvtph_ps(_mm_setr_epi16(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]));
+}
+
+__m128 DecodeLanes4(const Workload& w, Storage s, int64_t id, int64_t d,
+                    bool contiguous) {
+  if (s == Storage::kInt8) {
+    const int8_t* p = &w.q[id * w.dim + d];
+    __m128 v;
+    if (contiguous) {
+      int32_t four;
+      std::memcpy(&four, p, 4);
+      v = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(four)));
+    } else {
+      v = _mm_setr_ps(p[0], p[1], p[2], p[3]);
+    }
+    return _mm_mul_ps(v, _mm_set1_ps(w.scales[id]));
+  }
+  const uint16_t* p = &w.half[id * w.dim + d];
+  return contiguous ? _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))
+                    : _mm_cvtph_ps(_mm_setr_epi16(p[0], p[1], p[2], p[3], 0, 0, 0, 0));
+}
+
+__m256 DecodeContiguous8(const Workload& w, Storage s, int64_t id, int64_t d) {
+  if (s == Storage::kInt8) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&w.q[id * w.dim + d]));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
+                         _mm256_set1_ps(w.scales[id]));
+  }
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
+}
+
+// Steps 1-3: SIMD decode into a buffer, then SIMD pooling from it.
+template <bool kRem4, bool kContiguous>
+void DecodeThenPool(const Workload& w, Storage s, const int64_t* ids, float* out) {
+  std::vector<float> buf(w.dim + 8);
+  const int64_t full = w.dim / 8 * 8;
+  for (int64_t b = 0; b < w.bags; ++b) {
+    float* o = out + b * w.dim;
+    std::fill(o, o + w.dim, 0.0f);
+    for (int64_t i = w.offsets[b]; i < w.offsets[b + 1]; ++i) {
+      const int64_t id = ids[i];
+      int64_t d = 0;
+      for (; d < full; d += 8) {
+        _mm256_storeu_ps(&buf[d], kContiguous ? DecodeContiguous8(w, s, id, d)
+                                              : DecodeLanes8(w, s, id, d));
+      }
+      if (kRem4 && d + 4 <= w.dim) {
+        _mm_storeu_ps(&buf[d], DecodeLanes4(w, s, id, d, kContiguous));
+        d += 4;
+      }
+      for (; d < w.dim; ++d) buf[d] = DecodeScalar(w, s, id, d);
+      const __m256 wv = _mm256_set1_ps(w.weights[i]);
+      d = 0;
+      for (; d < full; d += 8) {
+        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(_mm256_loadu_ps(&buf[d]), wv,
+                                                _mm256_loadu_ps(o + d)));
+      }
+      if (kRem4 && d + 4 <= w.dim) {
+        _mm_storeu_ps(o + d, _mm_fmadd_ps(_mm_loadu_ps(&buf[d]), _mm_set1_ps(w.weights[i]),
+                                          _mm_loadu_ps(o + d)));
+        d += 4;
+      }
+      for (; d < w.dim; ++d) o[d] += w.weights[i] * buf[d];
+    }
+  }
+}
+
+// Step 4: decode fused into the FMA, per-row loop over the dimension, the
+// output row as accumulator (runtime dim: no registers held across ids).
+void FusedRuntimeDim(const Workload& w, Storage s, const int64_t* ids, float* out) {
+  const int64_t full = w.dim / 8 * 8;
+  for (int64_t b = 0; b < w.bags; ++b) {
+    float* o = out + b * w.dim;
+    std::fill(o, o + w.dim, 0.0f);
+    for (int64_t i = w.offsets[b]; i < w.offsets[b + 1]; ++i) {
+      const int64_t id = ids[i];
+      const float f = w.weights[i] * (s == Storage::kInt8 ? w.scales[id] : 1.0f);
+      int64_t d = 0;
+      for (; d < full; d += 8) {
+        __m256 v;
+        if (s == Storage::kInt8) {
+          const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&w.q[id * w.dim + d]));
+          v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+        } else {
+          v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
+        }
+        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(v, _mm256_set1_ps(f), _mm256_loadu_ps(o + d)));
+      }
+      if (d + 4 <= w.dim) {
+        __m128 v;
+        if (s == Storage::kInt8) {
+          int32_t four;
+          std::memcpy(&four, &w.q[id * w.dim + d], 4);
+          v = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(four)));
+        } else {
+          v = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
+        }
+        _mm_storeu_ps(o + d, _mm_fmadd_ps(v, _mm_set1_ps(f), _mm_loadu_ps(o + d)));
+        d += 4;
+      }
+      for (; d < w.dim; ++d) {
+        o[d] += f * (s == Storage::kInt8 ? w.q[id * w.dim + d]
+                                          : tfce::HalfBitsToFloat(w.half[id * w.dim + d]));
+      }
+    }
+  }
+}
+
+// The FP32 baseline, written as well as step 4 (AVX2 FMA, 8 + 4 + rest).
+void Fp32Pool(const Workload& w, const int64_t* ids, float* out) {
+  const int64_t full = w.dim / 8 * 8;
+  for (int64_t b = 0; b < w.bags; ++b) {
+    float* o = out + b * w.dim;
+    std::fill(o, o + w.dim, 0.0f);
+    for (int64_t i = w.offsets[b]; i < w.offsets[b + 1]; ++i) {
+      const float* row = &w.fp32[ids[i] * w.dim];
+      const __m256 wv = _mm256_set1_ps(w.weights[i]);
+      int64_t d = 0;
+      for (; d < full; d += 8) {
+        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(_mm256_loadu_ps(row + d), wv,
+                                                _mm256_loadu_ps(o + d)));
+      }
+      if (d + 4 <= w.dim) {
+        _mm_storeu_ps(o + d, _mm_fmadd_ps(_mm_loadu_ps(row + d), _mm_set1_ps(w.weights[i]),
+                                          _mm_loadu_ps(o + d)));
+        d += 4;
+      }
+      for (; d < w.dim; ++d) o[d] += w.weights[i] * row[d];
+    }
+  }
+}
+
+// ---------------------------------------------------------- steps 5-6
+
+const tfce::KernelSet& Row(const char* isa) {
+  int n = 0;
+  const tfce::KernelSet* rows = tfce::KernelTable(&n);
+  for (int i = 0; i < n; ++i) {
+    if (std::strcmp(rows[i].isa, isa) == 0) return rows[i];
+  }
+  std::fprintf(stderr, "no kernel row %s\n", isa);
+  std::exit(2);
+}
+
+void Shipped(const Workload& w, Storage s, const int64_t* ids, float* out,
+             int64_t prefetch_rows) {
+  static const tfce::KernelSet& avx2 = Row("avx2");
+  tfce::PoolArgs a;
+  a.table = tfce::TableView{s, s == Storage::kInt8 ? static_cast<const void*>(w.q.data())
+                                                   : static_cast<const void*>(w.half.data()),
+                            s == Storage::kInt8 ? w.scales.data() : nullptr, w.rows, w.dim};
+  a.ids = tfce::IdsView{ids, true};
+  a.weights = w.weights.data();
+  a.bag_offsets = w.offsets.data();
+  a.combiner = tfce::Combiner::kSum;
+  a.bag_begin = 0;
+  a.bag_end = w.bags;
+  a.out = out;
+  a.prefetch_rows = prefetch_rows;
+  if (!avx2.pool(a)) std::abort();
+}
+
+// ---------------------------------------------------------- timing
+
+double MedianNsPerRow(const Workload& w,
+                      const std::function<void(const int64_t*, float*)>& fn,
+                      int repeats) {
+  std::vector<float> out(w.bags * w.dim);
+  size_t batch = 0;
+  auto next = [&]() { return w.id_batches[batch++ % w.id_batches.size()].data(); };
+  // Calibrate to ~20 ms per repeat after a warm-up call.
+  fn(next(), out.data());
+  int calls = 1;
+  for (;;) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int c = 0; c < calls; ++c) fn(next(), out.data());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0.02 || calls > (1 << 20)) break;
+    calls *= 2;
+  }
+  std::vector<double> per_row;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int c = 0; c < calls; ++c) fn(next(), out.data());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    per_row.push_back(s * 1e9 / calls / (w.bags * w.per_bag));
+  }
+  std::nth_element(per_row.begin(), per_row.begin() + per_row.size() / 2, per_row.end());
+  return per_row[per_row.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: %s ROWS DIM BAGS IDS_PER_BAG REPEATS\n", argv[0]);
+    return 2;
+  }
+  Workload w;
+  w.rows = std::atoll(argv[1]);
+  w.dim = std::atoll(argv[2]);
+  w.bags = std::atoll(argv[3]);
+  w.per_bag = std::atoll(argv[4]);
+  const int repeats = std::atoi(argv[5]);
+  std::mt19937_64 rng(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> q(-127, 127);
+  w.q.resize(w.rows * w.dim);
+  w.half.resize(w.rows * w.dim);
+  w.fp32.resize(w.rows * w.dim);
+  w.scales.resize(w.rows);
+  for (int64_t r = 0; r < w.rows; ++r) w.scales[r] = 0.01f;
+  for (int64_t i = 0; i < w.rows * w.dim; ++i) {
+    w.q[i] = static_cast<int8_t>(q(rng));
+    w.fp32[i] = w.q[i] * 0.01f;
+    const _Float16 h = static_cast<_Float16>(w.fp32[i]);
+    std::memcpy(&w.half[i], &h, 2);
+  }
+  std::uniform_int_distribution<int64_t> pick(0, w.rows - 1);
+  const int64_t per_call = w.bags * w.per_bag;
+  const int64_t pool_ids = std::max<int64_t>(per_call, 1 << 20);
+  for (int64_t made = 0; made < pool_ids; made += per_call) {
+    std::vector<int64_t> ids(per_call);
+    for (auto& id : ids) id = pick(rng);
+    w.id_batches.push_back(std::move(ids));
+  }
+  for (int64_t b = 0; b <= w.bags; ++b) w.offsets.push_back(b * w.per_bag);
+  std::uniform_real_distribution<float> uw(0.5f, 1.5f);
+  w.weights.resize(per_call);
+  for (auto& x : w.weights) x = uw(rng);
+
+  struct Step {
+    std::string name;
+    std::function<void(Storage, const int64_t*, float*)> fn;
+  };
+  const std::vector<Step> steps = {
+      {"0 naive", [&](Storage s, const int64_t* ids, float* o) { Naive(w, s, ids, o); }},
+      {"1 simd", [&](Storage s, const int64_t* ids, float* o) { DecodeThenPool<false, false>(w, s, ids, o); }},
+      {"2 +rem4", [&](Storage s, const int64_t* ids, float* o) { DecodeThenPool<true, false>(w, s, ids, o); }},
+      {"3 +load", [&](Storage s, const int64_t* ids, float* o) { DecodeThenPool<true, true>(w, s, ids, o); }},
+      {"4 +fused", [&](Storage s, const int64_t* ids, float* o) { FusedRuntimeDim(w, s, ids, o); }},
+      {"5 +shape", [&](Storage s, const int64_t* ids, float* o) { Shipped(w, s, ids, o, 0); }},
+      {"6 +pref", [&](Storage s, const int64_t* ids, float* o) { Shipped(w, s, ids, o, 64); }},
+  };
+  std::printf("rows,dim,per_bag,format,step,ns_per_row\n");
+  const double fp32 = MedianNsPerRow(
+      w, [&](const int64_t* ids, float* o) { Fp32Pool(w, ids, o); }, repeats);
+  std::printf("%lld,%lld,%lld,fp32,fp32,%.3f\n", (long long)w.rows,
+              (long long)w.dim, (long long)w.per_bag, fp32);
+  for (Storage s : {Storage::kInt8, Storage::kFp16}) {
+    for (const Step& step : steps) {
+      const double ns = MedianNsPerRow(
+          w, [&](const int64_t* ids, float* o) { step.fn(s, ids, o); }, repeats);
+      std::printf("%lld,%lld,%lld,%s,%s,%.3f\n", (long long)w.rows,
+                  (long long)w.dim, (long long)w.per_bag,
+                  s == Storage::kInt8 ? "int8" : "fp16", step.name.c_str(), ns);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,132 @@
+"""The kernel ladder (benchmarks/ladder.cc): ns per looked-up row for each
+technique step, int8 and fp16, with FP32 pooling as the baseline.
+
+    python benchmarks/ladder.py [--quick]
+
+Builds the C++ benchmark with setup.py's per-file kernel flags, runs it for
+an in-cache and an out-of-cache table over dims 12, 16, 32, 64 (12 weighs
+most in the mix, as in production recommenders), and writes
+benchmarks/results/ladder.csv, benchmarks/results/ladder.png and the ladder
+section of benchmarks/RESULTS.md.
+"""
+import argparse
+import csv
+import io
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import kernel_objects  # noqa: E402
+import results_md  # noqa: E402
+
+# Share of lookups per dim in the mix: dim-12-heavy.
+MIX = {12: 0.5, 16: 0.2, 32: 0.2, 64: 0.1}
+STEPS = ["0 naive", "1 simd", "2 +rem4", "3 +load", "4 +fused", "5 +shape",
+         "6 +pref"]
+
+
+def build(out_dir):
+    objects = kernel_objects.compile_kernels(out_dir)
+    binary = os.path.join(out_dir, "ladder")
+    # The benchmark's own steps use AVX2 intrinsics: it runs on AVX2 CPUs only.
+    subprocess.run(["g++", "-std=c++17", "-O3", "-mavx2", "-mfma", "-mf16c",
+                    "-I.", "benchmarks/ladder.cc",
+                    *kernel_objects.SUPPORT_SOURCES, *objects, "-o", binary],
+                   cwd=ROOT, check=True)
+    return binary
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="small tables, few repeats (a smoke test)")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args(argv)
+    tables = [(50_000, "in cache"), (4_000_000, "out of cache")]
+    repeats = args.repeats
+    if args.quick:
+        tables, repeats = [(20_000, "in cache"), (400_000, "out of cache")], 3
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        print("building the ladder benchmark", flush=True)
+        binary = build(tmp)
+        for table_rows, _ in tables:
+            for dim in MIX:
+                print(f"  {table_rows:>9,} rows, dim {dim}", flush=True)
+                out = subprocess.run([binary, str(table_rows), str(dim), "512",
+                                      "20", str(repeats)], check=True,
+                                     capture_output=True, text=True).stdout
+                rows += list(csv.DictReader(io.StringIO(out)))
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    csv_path = os.path.join(HERE, "results", "ladder.csv")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+    def ns(table_rows, dim, fmt, step):
+        for r in rows:
+            if (int(r["rows"]), int(r["dim"]), r["format"], r["step"]) == (
+                    table_rows, dim, fmt, step):
+                return float(r["ns_per_row"])
+        raise KeyError((table_rows, dim, fmt, step))
+
+    def mix(table_rows, fmt, step):
+        return sum(share * ns(table_rows, dim, fmt, step)
+                   for dim, share in MIX.items())
+
+    lines = [
+        "ns per looked-up row (median of repeats; 512 bags x 20 ids, weighted "
+        "sum, uniform ids, 1 thread, AVX2 kernels). `mix` weighs dims "
+        + ", ".join(f"{d}: {s:.0%}" for d, s in MIX.items())
+        + ". In brackets: the ratio to FP32 pooling of the same table "
+        "(< 1 is faster than FP32).", ""]
+    for table_rows, label in tables:
+        lines += [f"**{table_rows:,} rows ({label})**", "",
+                  "| step | " + " | ".join(
+                      f"int8 d{d}" for d in MIX) + " | int8 mix | fp16 mix |",
+                  "|---" * (len(MIX) + 3) + "|"]
+        fp32 = {d: ns(table_rows, d, "fp32", "fp32") for d in MIX}
+        fp32_mix = sum(share * fp32[d] for d, share in MIX.items())
+        lines.append("| fp32 baseline | " + " | ".join(
+            f"{fp32[d]:.1f}" for d in MIX) + f" | {fp32_mix:.1f} | {fp32_mix:.1f} |")
+        for step in STEPS:
+            cells = [f"{ns(table_rows, d, 'int8', step):.1f}" for d in MIX]
+            m8, m16 = mix(table_rows, "int8", step), mix(table_rows, "fp16", step)
+            lines.append(f"| {step} | " + " | ".join(cells) +
+                         f" | {m8:.1f} ({m8 / fp32_mix:.2f}) | "
+                         f"{m16:.1f} ({m16 / fp32_mix:.2f}) |")
+        lines.append("")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, len(tables), figsize=(11, 4), sharey=False)
+        for ax, (table_rows, label) in zip(axes, tables):
+            fp32_mix = sum(s * ns(table_rows, d, "fp32", "fp32") for d, s in MIX.items())
+            x = range(len(STEPS))
+            ax.plot(x, [mix(table_rows, "int8", s) for s in STEPS], "o-", label="int8")
+            ax.plot(x, [mix(table_rows, "fp16", s) for s in STEPS], "s-", label="fp16")
+            ax.axhline(fp32_mix, color="gray", ls="--", label="fp32")
+            ax.set_xticks(list(x), STEPS, rotation=30, ha="right")
+            ax.set_title(f"{table_rows:,} rows ({label}), dim-12-heavy mix")
+            ax.set_ylabel("ns per row")
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(HERE, "results", "ladder.png"), dpi=100)
+        lines.append("![ladder](results/ladder.png)")
+    except ImportError:
+        print("matplotlib not installed: no chart", file=sys.stderr)
+    results_md.replace_section("ladder", "Kernel ladder (`python benchmarks/ladder.py`)",
+                               "\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,19 @@
+"""Keeps benchmarks/RESULTS.md in sections, one per benchmark, each replaced
+whole when its benchmark runs again."""
+import os
+import re
+
+PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
+HEADER = ("# Benchmark results\n\nEach section is written by the benchmark "
+          "named in its title; rerun it to refresh the section.\n")
+
+
+def replace_section(key, title, body):
+    text = open(PATH).read() if os.path.exists(PATH) else HEADER
+    begin, end = f"<!-- {key}:begin -->", f"<!-- {key}:end -->"
+    section = f"{begin}\n## {title}\n\n{body.rstrip()}\n{end}"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) \
+        else text.rstrip() + "\n\n" + section + "\n"
+    with open(PATH, "w") as f:
+        f.write(text)
