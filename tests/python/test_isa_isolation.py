@@ -1,0 +1,73 @@
+"""Loading the op library never runs an instruction the CPU may lack.
+
+Reads the machine code of the op library this process uses: every function
+that contains an AVX (VEX/EVEX-encoded) instruction must belong to the AVX2
+or AVX-512 kernel file, and every function with an SSE4.1 instruction to an
+SSE4.1-or-later kernel file. Those are only called through the dispatch
+table after CPUID+XCR0 said yes, so a CPU without them never executes them
+(no SIGILL at load, in static initialisers, or in shared inline code). The
+kernel objects also export nothing but their entry points: no weak (COMDAT)
+symbol a linker could pick an ISA-compiled copy of."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tf_compressed_embedding import _loader
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import kernel_objects  # noqa: E402
+
+SSE41_ONLY = re.compile(
+    r"^(pmovsx|pmovzx|pblendvb|blendvp|blendp|pblendw|ptest|round[ps][sd]|"
+    r"pmulld|pcmpeqq|pextr[bdq]|pinsr[bdq]|pmaxs[bd]|pmaxu[wd]|pmins[bd]|"
+    r"pminu[wd]|dpp[sd]|mpsadbw|phminposuw|packusdw|pmuldq|insertps|"
+    r"extractps|movntdqa)")
+AVX_FUNCTION = re.compile(r"Avx2|Avx512|avx2::|avx512::")
+SSE41_FUNCTION = re.compile(r"Sse41|sse41::|Avx2|Avx512|avx2::|avx512::")
+
+pytestmark = pytest.mark.skipif(shutil.which("objdump") is None or
+                                shutil.which("nm") is None,
+                                reason="needs binutils")
+
+
+def functions_using(library):
+    """{function name: set of instruction mnemonics} from objdump."""
+    listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C",
+                              library], capture_output=True, text=True,
+                             check=True).stdout
+    functions, current = {}, None
+    for line in listing.splitlines():
+        header = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
+        if header:
+            current = functions.setdefault(header.group(1), set())
+            continue
+        insn = re.match(r"^\s+[0-9a-f]+:\s+([a-z][a-z0-9]*)", line)
+        if insn and current is not None:
+            current.add(insn.group(1))
+    return functions
+
+
+def test_avx_and_sse41_only_inside_their_kernel_files():
+    functions = functions_using(_loader.library_path())
+    avx = {f for f, ops in functions.items() if any(o.startswith("v") for o in ops)}
+    sse41 = {f for f, ops in functions.items() if any(SSE41_ONLY.match(o) for o in ops)}
+    assert avx, "expected AVX code in the AVX2/AVX-512 kernels"
+    assert sorted(f for f in avx if not AVX_FUNCTION.search(f)) == []
+    assert sorted(f for f in sse41 if not SSE41_FUNCTION.search(f)) == []
+
+
+def test_kernel_objects_export_only_their_entry_points(tmp_path):
+    for obj in kernel_objects.compile_kernels(str(tmp_path), opt="-O2"):
+        isa = re.match(r"kernel_(\w+)\.cc\.o", os.path.basename(obj)).group(1)
+        symbols = subprocess.run(["nm", "-C", "--defined-only", obj],
+                                 capture_output=True, text=True,
+                                 check=True).stdout.splitlines()
+        exported = sorted(s.split(" ", 2)[2] for s in symbols
+                          if s.split(" ")[1] not in "tbdrn")
+        assert exported == [f"tfce::{isa}::Lookup(tfce::LookupArgs const&)",
+                            f"tfce::{isa}::Pool(tfce::PoolArgs const&)"], obj
