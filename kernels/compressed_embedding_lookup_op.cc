@@ -48,6 +48,7 @@ class CompressedEmbeddingLookupOp : public OpKernel {
     args.table = view;
     args.ids = IdsView{ids.data(), ids.dtype() == tensorflow::DT_INT64};
     args.out = out->flat<float>().data();
+    args.prefetch_rows = PrefetchRows();
     std::atomic<bool> ok(true);
     const LookupFn lookup = kernels_->lookup;
     ParallelRun(ctx, num_ids, /*cost_per_unit=*/view.dim * 2 + 20,

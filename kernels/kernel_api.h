@@ -53,6 +53,7 @@ struct LookupArgs {
   int64_t begin;  // positions [begin, end) of `ids` to decode
   int64_t end;
   float* out;     // [num_ids, dim]; only rows begin..end-1 are written
+  int64_t prefetch_rows;  // ids ahead to prefetch (0: none); a hint only
 };
 
 struct PoolArgs {

@@ -90,9 +90,14 @@ bool LookupImpl(const LookupArgs& a) {
   const int64_t dim = a.table.dim;
   const int64_t full = dim / W * W;
   const int tail = static_cast<int>(dim - full);
+  const int64_t distance = a.prefetch_rows;
   for (int64_t i = a.begin; i < a.end; ++i) {
     const int64_t id = static_cast<int64_t>(ids[i]);
     if (!InRange(id, a.table.rows)) return false;
+    if (distance > 0 && i + distance < a.end) {
+      const int64_t ahead = static_cast<int64_t>(ids[i + distance]);
+      if (InRange(ahead, a.table.rows)) PrefetchRow<Isa, Rows>(a.table, ahead);
+    }
     const typename Rows::Elem* row = RowPtr<Rows>(a.table, id);
     const typename Isa::Vec scale = Isa::Set1(Rows::Scale(a.table, id));
     float* out = a.out + i * dim;

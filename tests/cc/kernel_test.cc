@@ -135,7 +135,7 @@ void TestRowLookup(const KernelSet& row, const Table& t, std::mt19937* rng) {
   Padded out(n * t.dim);
   // Decode positions [3, n): rows 0..2 must keep their sentinels.
   LookupArgs args{t.View(), IdsView{ids.data(), sizeof(Index) == 8}, 3, n,
-                  out.out()};
+                  out.out(), /*prefetch_rows=*/4};
   const std::string where = std::string(row.isa) + " lookup " +
                             (t.storage == Storage::kInt8 ? "int8" : "fp16") +
                             " dim=" + std::to_string(t.dim) +
@@ -231,7 +231,7 @@ void TestAllHalvesUnderDaz(const KernelSet& row) {
   const int64_t id = 0;
   std::vector<float> out(65536);
   LookupArgs args{TableView{Storage::kFp16, table.data(), nullptr, 1, 65536},
-                  IdsView{&id, true}, 0, 1, out.data()};
+                  IdsView{&id, true}, 0, 1, out.data(), 0};
   const bool ok = row.lookup(args);
   _mm_setcsr(saved);
   int mismatches = 0;
