@@ -15,7 +15,9 @@
 //            time, accumulators in registers, two accumulator sets
 //   6 +pref  the shipped kernel: + software prefetch 64 ids ahead
 //
-// Usage: ladder ROWS DIM BAGS IDS_PER_BAG REPEATS   (CSV lines on stdout)
+// Usage: ladder ROWS DIM BAGS IDS_PER_BAG REPEATS [PREFETCH,...]
+// CSV lines on stdout. With a list of prefetch distances, only the shipped
+// kernel runs, once per distance (step "prefetch=N").
 // Built and run by benchmarks/ladder.py.
 #include <immintrin.h>
 
@@ -273,8 +275,9 @@ double MedianNsPerRow(const Workload& w,
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: %s ROWS DIM BAGS IDS_PER_BAG REPEATS\n", argv[0]);
+  if (argc != 6 && argc != 7) {
+    std::fprintf(stderr, "usage: %s ROWS DIM BAGS IDS_PER_BAG REPEATS [PREFETCH,...]\n",
+                 argv[0]);
     return 2;
   }
   Workload w;
@@ -324,6 +327,25 @@ int main(int argc, char** argv) {
       {"6 +pref", [&](Storage s, const int64_t* ids, float* o) { Shipped(w, s, ids, o, 64); }},
   };
   std::printf("rows,dim,per_bag,format,step,ns_per_row\n");
+  if (argc == 7) {  // prefetch distance sweep of the shipped kernel
+    std::vector<int64_t> distances;
+    for (char* p = argv[6]; *p;) {
+      distances.push_back(std::strtoll(p, &p, 10));
+      if (*p == ',') ++p;
+    }
+    for (Storage s : {Storage::kInt8, Storage::kFp16}) {
+      for (int64_t dist : distances) {
+        const double ns = MedianNsPerRow(
+            w, [&](const int64_t* ids, float* o) { Shipped(w, s, ids, o, dist); },
+            repeats);
+        std::printf("%lld,%lld,%lld,%s,prefetch=%lld,%.3f\n", (long long)w.rows,
+                    (long long)w.dim, (long long)w.per_bag,
+                    s == Storage::kInt8 ? "int8" : "fp16", (long long)dist, ns);
+        std::fflush(stdout);
+      }
+    }
+    return 0;
+  }
   const double fp32 = MedianNsPerRow(
       w, [&](const int64_t* ids, float* o) { Fp32Pool(w, ids, o); }, repeats);
   std::printf("%lld,%lld,%lld,fp32,fp32,%.3f\n", (long long)w.rows,

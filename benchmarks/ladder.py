@@ -26,6 +26,7 @@ import results_md  # noqa: E402
 
 # Share of lookups per dim in the mix: dim-12-heavy.
 MIX = {12: 0.5, 16: 0.2, 32: 0.2, 64: 0.1}
+PREFETCH = [0, 8, 16, 32, 64, 128, 256]
 STEPS = ["0 naive", "1 simd", "2 +rem4", "3 +load", "4 +fused", "5 +shape",
          "6 +pref"]
 
@@ -63,6 +64,15 @@ def main(argv=None):
                                       "20", str(repeats)], check=True,
                                      capture_output=True, text=True).stdout
                 rows += list(csv.DictReader(io.StringIO(out)))
+        big = tables[-1][0]
+        sweep = []
+        for dim in (12, 64):
+            print(f"  prefetch sweep, {big:,} rows, dim {dim}", flush=True)
+            out = subprocess.run([binary, str(big), str(dim), "512", "20",
+                                  str(repeats), ",".join(map(str, PREFETCH))],
+                                 check=True, capture_output=True, text=True).stdout
+            sweep += list(csv.DictReader(io.StringIO(out)))
+        rows += sweep
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     csv_path = os.path.join(HERE, "results", "ladder.csv")
     with open(csv_path, "w", newline="") as f:
@@ -103,6 +113,15 @@ def main(argv=None):
                          f" | {m8:.1f} ({m8 / fp32_mix:.2f}) | "
                          f"{m16:.1f} ({m16 / fp32_mix:.2f}) |")
         lines.append("")
+    lines += [f"**Prefetch distance sweep** (shipped AVX2 kernel, {big:,} rows; "
+              "ns per row)", "",
+              "| format, dim | " + " | ".join(str(p) for p in PREFETCH) + " |",
+              "|---" * (len(PREFETCH) + 1) + "|"]
+    for fmt in ("int8", "fp16"):
+        for dim in (12, 64):
+            lines.append(f"| {fmt}, {dim} | " + " | ".join(
+                f"{ns(big, dim, fmt, f'prefetch={p}'):.1f}" for p in PREFETCH) + " |")
+    lines.append("")
     try:
         import matplotlib
         matplotlib.use("Agg")
