@@ -13,7 +13,7 @@
 //   4 +fused decode fused into the FMA accumulation, no FP32 buffer
 //   5 +shape the shipped kernel without prefetch: dims specialised at compile
 //            time, accumulators in registers, two accumulator sets
-//   6 +pref  the shipped kernel: + software prefetch 64 ids ahead
+//   6 +pref  the shipped kernel: + software prefetch kDefaultPrefetchRows ids ahead
 //
 // Usage: ladder ROWS DIM BAGS IDS_PER_BAG REPEATS [PREFETCH,...]
 // CSV lines on stdout. With a list of prefetch distances, only the shipped
@@ -324,7 +324,7 @@ int main(int argc, char** argv) {
       {"3 +load", [&](Storage s, const int64_t* ids, float* o) { DecodeThenPool<true, true>(w, s, ids, o); }},
       {"4 +fused", [&](Storage s, const int64_t* ids, float* o) { FusedRuntimeDim(w, s, ids, o); }},
       {"5 +shape", [&](Storage s, const int64_t* ids, float* o) { Shipped(w, s, ids, o, 0); }},
-      {"6 +pref", [&](Storage s, const int64_t* ids, float* o) { Shipped(w, s, ids, o, 64); }},
+      {"6 +pref", [&](Storage s, const int64_t* ids, float* o) { Shipped(w, s, ids, o, tfce::kDefaultPrefetchRows); }},
   };
   std::printf("rows,dim,per_bag,format,step,ns_per_row\n");
   if (argc == 7) {  // prefetch distance sweep of the shipped kernel
