@@ -6,14 +6,26 @@ from tf_compressed_embedding import _loader
 COMBINERS = ("sum", "mean", "sqrtn")
 
 
+def _read(value):
+    """Reads a variable without a copy, even in copy-on-read mode.
+
+    A dense read of a variable that a sparse op (tf.gather, a scatter) has
+    touched copies the whole table on every call; read_value_no_copy() is
+    how TF's own embedding_lookup_sparse avoids that. Tensors pass through.
+    """
+    no_copy = getattr(value, "read_value_no_copy", None)
+    return no_copy() if no_copy is not None else value
+
+
 def _table_inputs(table):
     """(data, scales) of a CompressedTable or any object carrying both."""
     try:
-        return table.data, table.scales
+        data, scales = table.data, table.scales
     except AttributeError:
         raise TypeError(
             f"table must be a CompressedTable (from tfce.quantize) or have "
             f".data and .scales, got {type(table).__name__}") from None
+    return _read(data), _read(scales)
 
 
 def _check_combiner(combiner):
