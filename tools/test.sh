@@ -20,5 +20,22 @@ TFCE_OPS_LIBRARY="$PWD/bazel-bin/kernels/_ops.so" "$PYTHON" -m pytest -q \
   tests/python/test_fused_decode_axpy_op.py tests/python/test_sparse_api.py \
   tests/python/test_savedmodel.py
 
+echo "== a non-editable install: build the wheel, install it in a fresh venv"
+wheel_dir=$(mktemp -d)
+trap 'rm -rf "$wheel_dir"' EXIT
+"$PYTHON" -m pip wheel -q --no-build-isolation --no-deps . -w "$wheel_dir"
+"$PYTHON" -m venv --system-site-packages "$wheel_dir/venv"
+"$wheel_dir/venv/bin/pip" install -q --no-deps "$wheel_dir"/*.whl
+(cd "$wheel_dir" && "$wheel_dir/venv/bin/python" - <<'PY'
+import numpy as np
+import tf_compressed_embedding as tfce
+assert "site-packages" in tfce.__file__, tfce.__file__
+ct = tfce.quantize(np.arange(12, dtype=np.float32).reshape(4, 3), "int8")
+out = tfce.fused_decode_axpy(ct, [1, 3], [0, 0], combiner="mean").numpy()
+np.testing.assert_allclose(out, ct.dequantize()[[1, 3]].mean(0, keepdims=True), rtol=1e-6)
+print("wheel OK:", tfce.__file__, "kernels:", tfce.active_isa())
+PY
+)
+
 echo "== the whole pytest suite (pip-built library)"
 "$PYTHON" -m pytest -q -p no:cacheprovider tests "$@"
