@@ -39,9 +39,12 @@ struct Avx2 {
   // Tails (n < 8): the first four elements with one exact narrower load
   // (dim 12 = 8 + 4 needs nothing else), the last n % 4 staged through a
   // register, so nothing past the row is read.
+  // Up to 8 bytes into a register, little-endian; a constant `bytes`
+  // folds to plain loads, a run-time one stays a short loop (no libc call).
   static uint64_t Stage(const void* p, int bytes) {
+    const unsigned char* b = static_cast<const unsigned char*>(p);
     uint64_t v = 0;
-    __builtin_memcpy(&v, p, bytes);
+    for (int j = 0; j < bytes; ++j) v |= static_cast<uint64_t>(b[j]) << (8 * j);
     return v;
   }
   static Vec LoadInt8Tail(const int8_t* p, int n) {

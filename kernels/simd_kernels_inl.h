@@ -123,68 +123,93 @@ struct BagState {
   float denom;               // 1 for sum
 };
 
+#define TFCE_ALWAYS_INLINE inline __attribute__((always_inline))
+
+// Tail length of a block: fixed at compile time (kTail >= 0, so masks and
+// narrower loads fold to constants) or given at run time (kRuntimeTail).
+constexpr int kRuntimeTail = -1;
+
+// acc[0..kVecs) += factor * row[0..kVecs*W), and the tail into acc[kVecs].
+// Always inlined with fully unrolled loops, so `acc` lives in registers.
+template <class Isa, class Rows, int kVecs, int kTail>
+TFCE_ALWAYS_INLINE void AccumulateRow(typename Isa::Vec* acc,
+                                      const typename Rows::Elem* row,
+                                      typename Isa::Vec factor, int tail) {
+  constexpr int W = Isa::kLanes;
+#pragma GCC unroll 16
+  for (int k = 0; k < kVecs; ++k) {
+    acc[k] = Isa::MulAdd(Rows::Load(row + k * W), factor, acc[k]);
+  }
+  if (kTail != 0) {
+    acc[kVecs] = Isa::MulAdd(Rows::LoadTail(row + kVecs * W, tail), factor,
+                             acc[kVecs]);
+  }
+}
+
+// One id of a bag: check it, prefetch ahead, accumulate its row.
+template <class Isa, class Rows, class Index, int kVecs, int kTail>
+TFCE_ALWAYS_INLINE bool Step(const PoolArgs& a, const Index* ids,
+                             const BagState& bag, int64_t i, int64_t d0,
+                             int tail, int64_t distance,
+                             typename Isa::Vec* acc) {
+  const TableView& t = a.table;
+  const int64_t id = static_cast<int64_t>(ids[i]);
+  if (!InRange(id, t.rows)) return false;
+  if (distance > 0 && i + distance < bag.prefetch_end) {
+    const int64_t ahead = static_cast<int64_t>(ids[i + distance]);
+    if (InRange(ahead, t.rows)) PrefetchRow<Isa, Rows>(t, ahead);
+  }
+  const float w = a.weights ? a.weights[i] : 1.0f;
+  const typename Isa::Vec factor = Isa::Set1(w * Rows::Scale(t, id));
+  AccumulateRow<Isa, Rows, kVecs, kTail>(acc, RowPtr<Rows>(t, id) + d0,
+                                         factor, tail);
+  return true;
+}
+
 // Accumulates one block of a bag's output: kVecs full vectors starting at
-// element d0, plus `tail` (< kLanes) elements after them when kTail.
-template <class Isa, class Rows, class Index, int kVecs, bool kTail>
+// element d0, plus a tail (< kLanes elements) after them when kTail != 0.
+template <class Isa, class Rows, class Index, int kVecs, int kTail>
 bool PoolBlock(const PoolArgs& a, const Index* ids, const BagState& bag,
-               int64_t d0, int tail, bool prefetch, float* out) {
+               int64_t d0, int runtime_tail, bool prefetch, float* out) {
   using Vec = typename Isa::Vec;
   constexpr int W = Isa::kLanes;
-  constexpr int kAcc = kVecs + (kTail ? 1 : 0);
-  // Short blocks get a second accumulator set (odd ids) for parallelism.
-  constexpr int kSets = kAcc <= 2 ? 2 : 1;
-  Vec acc[kSets][kAcc > 0 ? kAcc : 1];
-  for (int s = 0; s < kSets; ++s) {
-    for (int k = 0; k < kAcc; ++k) acc[s][k] = Isa::Zero();
-  }
-  const TableView& t = a.table;
-  const int64_t rows = t.rows;
-  const int64_t distance = a.prefetch_rows;
-  prefetch = prefetch && distance > 0;
+  constexpr int kAcc = kVecs + (kTail != 0 ? 1 : 0);
+  constexpr int kSize = kAcc > 0 ? kAcc : 1;
+  const int tail = kTail >= 0 ? kTail : runtime_tail;
+  // Short blocks get a second accumulator set (odd ids): consecutive FMAs
+  // then do not wait on each other.
+  constexpr bool kTwoSets = kAcc <= 2;
+  Vec acc0[kSize], acc1[kSize];
+#pragma GCC unroll 16
+  for (int k = 0; k < kSize; ++k) acc0[k] = acc1[k] = Isa::Zero();
+  const int64_t distance = prefetch ? a.prefetch_rows : 0;
   int64_t i = bag.begin;
-  for (; i + kSets <= bag.end; i += kSets) {
-    for (int s = 0; s < kSets; ++s) {
-      const int64_t id = static_cast<int64_t>(ids[i + s]);
-      if (!InRange(id, rows)) return false;
-      if (prefetch && i + s + distance < bag.prefetch_end) {
-        const int64_t ahead = static_cast<int64_t>(ids[i + s + distance]);
-        if (InRange(ahead, rows)) PrefetchRow<Isa, Rows>(t, ahead);
-      }
-      const float w = a.weights ? a.weights[i + s] : 1.0f;
-      const Vec factor = Isa::Set1(w * Rows::Scale(t, id));
-      const typename Rows::Elem* row = RowPtr<Rows>(t, id) + d0;
-      for (int k = 0; k < kVecs; ++k) {
-        acc[s][k] = Isa::MulAdd(Rows::Load(row + k * W), factor, acc[s][k]);
-      }
-      if (kTail) {
-        acc[s][kVecs] = Isa::MulAdd(Rows::LoadTail(row + kVecs * W, tail),
-                                    factor, acc[s][kVecs]);
+  if (kTwoSets) {
+    for (; i + 2 <= bag.end; i += 2) {
+      if (!Step<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i, d0, tail,
+                                                distance, acc0) ||
+          !Step<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i + 1, d0, tail,
+                                                distance, acc1)) {
+        return false;
       }
     }
   }
-  for (; i < bag.end; ++i) {  // the odd id left over with two sets
-    const int64_t id = static_cast<int64_t>(ids[i]);
-    if (!InRange(id, rows)) return false;
-    const float w = a.weights ? a.weights[i] : 1.0f;
-    const Vec factor = Isa::Set1(w * Rows::Scale(t, id));
-    const typename Rows::Elem* row = RowPtr<Rows>(t, id) + d0;
-    for (int k = 0; k < kVecs; ++k) {
-      acc[0][k] = Isa::MulAdd(Rows::Load(row + k * W), factor, acc[0][k]);
-    }
-    if (kTail) {
-      acc[0][kVecs] = Isa::MulAdd(Rows::LoadTail(row + kVecs * W, tail),
-                                  factor, acc[0][kVecs]);
+  for (; i < bag.end; ++i) {
+    if (!Step<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i, d0, tail,
+                                              distance, acc0)) {
+      return false;
     }
   }
   const Vec denom = Isa::Set1(bag.denom);
+#pragma GCC unroll 16
   for (int k = 0; k < kAcc; ++k) {
-    Vec v = kSets == 2 ? Isa::Add(acc[0][k], acc[kSets - 1][k]) : acc[0][k];
+    Vec v = kTwoSets ? Isa::Add(acc0[k], acc1[k]) : acc0[k];
     if (bag.zero) {
       v = Isa::Zero();
     } else if (a.combiner != Combiner::kSum) {
       v = Isa::Div(v, denom);  // a divide, as the reference: same rounding
     }
-    if (kTail && k == kVecs) {
+    if (kTail != 0 && k == kVecs) {
       Isa::StoreTail(out + d0 + k * W, v, tail);
     } else {
       Isa::Store(out + d0 + k * W, v);
@@ -214,18 +239,18 @@ bool PoolBagFixed(const PoolArgs& a, const Index* ids, const BagState& bag,
   constexpr int kRestVecs = kDim / W % kMax;
   constexpr int kTailLanes = kDim % W;
   for (int b = 0; b < kFullBlocks; ++b) {
-    if (!PoolBlock<Isa, Rows, Index, kMax, false>(a, ids, bag, b * kMax * W,
-                                                  0, b == 0, out)) {
+    if (!PoolBlock<Isa, Rows, Index, kMax, 0>(a, ids, bag, b * kMax * W, 0,
+                                              b == 0, out)) {
       return false;
     }
   }
   if (kRestVecs == 0 && kTailLanes == 0) return true;
-  return PoolBlock<Isa, Rows, Index, kRestVecs, (kTailLanes > 0)>(
+  return PoolBlock<Isa, Rows, Index, kRestVecs, kTailLanes>(
       a, ids, bag, kFullBlocks * kMax * W, kTailLanes, kFullBlocks == 0, out);
 }
 
 // The remainder block of a runtime dimension, by its vector count.
-template <class Isa, class Rows, class Index, bool kTail, int kVecs = 0>
+template <class Isa, class Rows, class Index, int kTail, int kVecs = 0>
 bool PoolRemainder(const PoolArgs& a, const Index* ids, const BagState& bag,
                    int64_t d0, int vecs, int tail, bool prefetch, float* out) {
   if constexpr (kVecs + 1 < MaxBlockVecs<Isa>()) {
@@ -247,8 +272,8 @@ bool PoolBagGeneric(const PoolArgs& a, const Index* ids, const BagState& bag,
   const int64_t dim = a.table.dim;
   int64_t d0 = 0;
   for (; d0 + kMax * W <= dim; d0 += kMax * W) {
-    if (!PoolBlock<Isa, Rows, Index, kMax, false>(a, ids, bag, d0, 0, d0 == 0,
-                                                  out)) {
+    if (!PoolBlock<Isa, Rows, Index, kMax, 0>(a, ids, bag, d0, 0, d0 == 0,
+                                              out)) {
       return false;
     }
   }
@@ -256,10 +281,10 @@ bool PoolBagGeneric(const PoolArgs& a, const Index* ids, const BagState& bag,
   if (rest == 0) return true;
   const int vecs = static_cast<int>(rest / W);
   const int tail = static_cast<int>(rest % W);
-  return tail ? PoolRemainder<Isa, Rows, Index, true>(a, ids, bag, d0, vecs,
-                                                      tail, d0 == 0, out)
-              : PoolRemainder<Isa, Rows, Index, false>(a, ids, bag, d0, vecs,
-                                                       0, d0 == 0, out);
+  return tail ? PoolRemainder<Isa, Rows, Index, kRuntimeTail>(
+                    a, ids, bag, d0, vecs, tail, d0 == 0, out)
+              : PoolRemainder<Isa, Rows, Index, 0>(a, ids, bag, d0, vecs, 0,
+                                                   d0 == 0, out);
 }
 
 template <class Isa, class Rows, class Index>
