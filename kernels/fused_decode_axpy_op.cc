@@ -51,30 +51,57 @@ absl::Status ReadNumSegments(const Tensor& t, int64_t* num_segments) {
   return absl::OkStatus();
 }
 
-// Checks that segment ids are sorted and in [0, num_segments) and, unless
-// offsets is null, converts them to CSR offsets: segment s is positions
-// [offsets[s], offsets[s+1]).
+// The precise error for segment ids that failed the check below: the first
+// position that is out of range or out of order.
 template <typename Seg>
-absl::Status SegmentOffsets(const Tensor& segment_ids, int64_t num_segments,
-                            int64_t* offsets) {
-  const auto seg = segment_ids.flat<Seg>();
-  const int64_t n = seg.size();
-  int64_t filled = 0;  // offsets[0..filled] are final
-  if (offsets != nullptr) offsets[0] = 0;
-  int64_t prev = 0;
+absl::Status BadSegmentIdError(const Seg* seg, int64_t n, int64_t num_segments) {
   for (int64_t i = 0; i < n; ++i) {
-    // Read once: the offsets are built from this copy, and the kernels only
-    // ever see the offsets, so a concurrent change cannot reach them.
-    const int64_t s = static_cast<int64_t>(seg(i));
+    const int64_t s = static_cast<int64_t>(seg[i]);
     if (!tensorflow::FastBoundsCheck(s, num_segments)) {
       return InvalidArgument(
           "segment_ids[", i, "] = ", s, " is not in [0, ", num_segments,
           "): segment ids must be >= 0 and < num_segments");
     }
-    if (s < prev) {
-      return InvalidArgument(
-          "segment_ids are not sorted: segment_ids[", i - 1, "] = ", prev,
-          " > segment_ids[", i, "] = ", s);
+    if (i > 0 && s < static_cast<int64_t>(seg[i - 1])) {
+      return InvalidArgument("segment_ids are not sorted: segment_ids[", i - 1,
+                             "] = ", static_cast<int64_t>(seg[i - 1]),
+                             " > segment_ids[", i, "] = ", s);
+    }
+  }
+  return absl::InternalError("segment_ids changed while the op read them");
+}
+
+// Checks that segment ids are sorted and in [0, num_segments) and, unless
+// offsets is null, converts them to CSR offsets: segment s is positions
+// [offsets[s], offsets[s + 1]). One pass with one well-predicted branch per
+// id: sorted ids only need checking where they change. Each id is read once
+// into a local that is checked before it is used, so a concurrent change of
+// the input cannot push a write outside offsets[0..num_segments].
+template <typename Seg>
+absl::Status SegmentOffsets(const Tensor& segment_ids, int64_t num_segments,
+                            int64_t* offsets) {
+  const Seg* seg = segment_ids.flat<Seg>().data();
+  const int64_t n = segment_ids.NumElements();
+  if (offsets != nullptr) offsets[0] = 0;
+  if (n == 0) {
+    if (offsets != nullptr) {
+      for (int64_t s = 1; s <= num_segments; ++s) offsets[s] = 0;
+    }
+    return absl::OkStatus();
+  }
+  int64_t prev = static_cast<int64_t>(seg[0]);
+  if (!tensorflow::FastBoundsCheck(prev, num_segments)) {
+    return BadSegmentIdError(seg, n, num_segments);
+  }
+  int64_t filled = 0;  // offsets[0..filled] are final
+  if (offsets != nullptr) {
+    while (filled < prev) offsets[++filled] = 0;
+  }
+  for (int64_t i = 1; i < n; ++i) {
+    const int64_t s = static_cast<int64_t>(seg[i]);
+    if (s == prev) continue;
+    if (s < prev || s >= num_segments) {
+      return BadSegmentIdError(seg, n, num_segments);
     }
     if (offsets != nullptr) {
       while (filled < s) offsets[++filled] = i;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/kernel_api.h"
+#include "kernels/stage_bytes_inl.h"
 
 namespace tfce {
 namespace {
@@ -39,22 +40,14 @@ struct Avx2 {
   // Tails (n < 8): the first four elements with one exact narrower load
   // (dim 12 = 8 + 4 needs nothing else), the last n % 4 staged through a
   // register, so nothing past the row is read.
-  // Up to 8 bytes into a register, little-endian; a constant `bytes`
-  // folds to plain loads, a run-time one stays a short loop (no libc call).
-  static uint64_t Stage(const void* p, int bytes) {
-    const unsigned char* b = static_cast<const unsigned char*>(p);
-    uint64_t v = 0;
-    for (int j = 0; j < bytes; ++j) v |= static_cast<uint64_t>(b[j]) << (8 * j);
-    return v;
-  }
   static Vec LoadInt8Tail(const int8_t* p, int n) {
     uint64_t bytes;
     if (n >= 4) {
       uint32_t four;
       __builtin_memcpy(&four, p, 4);
-      bytes = four | (Stage(p + 4, n - 4) << 32);
+      bytes = four | (StageBytes(p + 4, n - 4) << 32);
     } else {
-      bytes = Stage(p, n);
+      bytes = StageBytes(p, n);
     }
     const __m128i q = _mm_cvtsi64_si128(static_cast<long long>(bytes));
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
@@ -63,9 +56,9 @@ struct Avx2 {
     __m128i h;
     if (n >= 4) {
       const __m128i four = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-      h = _mm_insert_epi64(four, static_cast<long long>(Stage(p + 4, 2 * (n - 4))), 1);
+      h = _mm_insert_epi64(four, static_cast<long long>(StageBytes(p + 4, 2 * (n - 4))), 1);
     } else {
-      h = _mm_cvtsi64_si128(static_cast<long long>(Stage(p, 2 * n)));
+      h = _mm_cvtsi64_si128(static_cast<long long>(StageBytes(p, 2 * n)));
     }
     return _mm256_cvtph_ps(h);
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/kernel_api.h"
+#include "kernels/stage_bytes_inl.h"
 
 namespace tfce {
 namespace {
@@ -61,19 +62,12 @@ struct Sse41 {
   }
 
   // Tails (n < 4): staged through a register, nothing past the row is read.
-  // A constant n folds to plain loads; a run-time one is a short loop.
-  static uint64_t Stage(const void* p, int bytes) {
-    const unsigned char* b = static_cast<const unsigned char*>(p);
-    uint64_t v = 0;
-    for (int j = 0; j < bytes; ++j) v |= static_cast<uint64_t>(b[j]) << (8 * j);
-    return v;
-  }
   static Vec LoadInt8Tail(const int8_t* p, int n) {
-    return Int8ToFloat(static_cast<uint32_t>(Stage(p, n)));
+    return Int8ToFloat(static_cast<uint32_t>(StageBytes(p, n)));
   }
   static Vec LoadHalfTail(const uint16_t* p, int n) {
     return HalvesToFloat(_mm_cvtepu16_epi32(
-        _mm_cvtsi64_si128(static_cast<long long>(Stage(p, 2 * n)))));
+        _mm_cvtsi64_si128(static_cast<long long>(StageBytes(p, 2 * n)))));
   }
   static void StoreTail(float* p, Vec v, int n) {
     if (n >= 2) {
