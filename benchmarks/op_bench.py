@@ -76,6 +76,8 @@ SYSTEMS = {
     "pt_int8_bag": ("FBGEMM byte rowwise int8", "torch", "pool", "fbgemm8"),
     "tf_gather_fp32": ("tf.gather fp32", "tf", "nopool", "fp32"),
     "keras_int8": ("Keras Embedding int8", "tf", "nopool", "int8"),
+    "tf_naive_lookup_fp16": ("TF gather fp16+cast", "tf", "nopool", "fp16"),
+    "tf_naive_lookup_int8": ("TF gather int8+cast*scale", "tf", "nopool", "int8"),
     "tfce_lookup_fp16": ("tfce compressed_embedding_lookup fp16", "tf", "nopool", "fp16"),
     "tfce_lookup_int8": ("tfce compressed_embedding_lookup int8", "tf", "nopool", "int8"),
     "tf_loop_floor": ("TF while_loop floor (no op)", "tf", "floor", "none"),
@@ -94,6 +96,8 @@ SHORT = {
     "pt_int8_bag": "FBGEMM int8",
     "tf_gather_fp32": "tf.gather fp32",
     "keras_int8": "Keras int8",
+    "tf_naive_lookup_fp16": "TF naive lookup fp16",
+    "tf_naive_lookup_int8": "TF naive lookup int8",
     "tfce_lookup_fp16": "tfce lookup fp16",
     "tfce_lookup_int8": "tfce lookup int8",
     "tf_loop_floor": "TF loop floor",
@@ -426,6 +430,13 @@ def tf_step_fns(tf, tfce, tabs, bags):
     def gather(ids, w, seg, sp_idx):
         return tf.gather(v32, ids)
 
+    def naive_lookup_int8(ids, w, seg, sp_idx):
+        q = tf.cast(tf.gather(tabs.q8, ids), tf.float32)
+        return q * tf.gather(tabs.s8, ids)[:, None]
+
+    def naive_lookup_fp16(ids, w, seg, sp_idx):
+        return tf.cast(tf.gather(tabs.h16, ids), tf.float32)
+
     def keras_int8(ids, w, seg, sp_idx):
         return tabs.keras(ids)
 
@@ -437,10 +448,12 @@ def tf_step_fns(tf, tfce, tabs, bags):
            "tf_gather_fp32": gather, "tf_loop_floor": floor}
     if tabs.ct8 is not None:
         fns.update(tf_naive_int8=naive_int8, tfce_int8=fused(tabs.ct8),
-                   tfce_lookup_int8=lookup(tabs.ct8))
+                   tfce_lookup_int8=lookup(tabs.ct8),
+                   tf_naive_lookup_int8=naive_lookup_int8)
     if tabs.ct16 is not None:
         fns.update(tf_naive_fp16=naive_fp16, tfce_fp16=fused(tabs.ct16),
-                   tfce_lookup_fp16=lookup(tabs.ct16))
+                   tfce_lookup_fp16=lookup(tabs.ct16),
+                   tf_naive_lookup_fp16=naive_lookup_fp16)
     if tabs.keras is not None:
         fns["keras_int8"] = keras_int8
     return fns
