@@ -218,11 +218,8 @@ bool PoolBlock(const PoolArgs& a, const Index* ids, const BagState& bag,
   return true;
 }
 
-// Most vectors one block holds in registers.
-template <class Isa>
-constexpr int MaxBlockVecs() {
-  return 8;
-}
+// Most vectors one block holds in registers (the same for every ISA).
+constexpr int kMaxBlockVecs = 8;
 
 // Signature of the per-call choice: one bag, all of its blocks.
 template <class Index>
@@ -234,7 +231,7 @@ template <class Isa, class Rows, class Index, int kDim>
 bool PoolBagFixed(const PoolArgs& a, const Index* ids, const BagState& bag,
                   float* out) {
   constexpr int W = Isa::kLanes;
-  constexpr int kMax = MaxBlockVecs<Isa>();
+  constexpr int kMax = kMaxBlockVecs;
   constexpr int kFullBlocks = kDim / W / kMax;
   constexpr int kRestVecs = kDim / W % kMax;
   constexpr int kTailLanes = kDim % W;
@@ -253,7 +250,7 @@ bool PoolBagFixed(const PoolArgs& a, const Index* ids, const BagState& bag,
 template <class Isa, class Rows, class Index, int kTail, int kVecs = 0>
 bool PoolRemainder(const PoolArgs& a, const Index* ids, const BagState& bag,
                    int64_t d0, int vecs, int tail, bool prefetch, float* out) {
-  if constexpr (kVecs + 1 < MaxBlockVecs<Isa>()) {
+  if constexpr (kVecs + 1 < kMaxBlockVecs) {
     if (vecs > kVecs) {
       return PoolRemainder<Isa, Rows, Index, kTail, kVecs + 1>(
           a, ids, bag, d0, vecs, tail, prefetch, out);
@@ -268,7 +265,7 @@ template <class Isa, class Rows, class Index>
 bool PoolBagGeneric(const PoolArgs& a, const Index* ids, const BagState& bag,
                     float* out) {
   constexpr int W = Isa::kLanes;
-  constexpr int kMax = MaxBlockVecs<Isa>();
+  constexpr int kMax = kMaxBlockVecs;
   const int64_t dim = a.table.dim;
   int64_t d0 = 0;
   for (; d0 + kMax * W <= dim; d0 += kMax * W) {

@@ -33,7 +33,7 @@ class CompressedTable(tf.Module):
             raise ValueError(
                 f"data for format {format!r} must be a {expected} matrix "
                 f"[rows, dim], got {data.dtype} of shape {data.shape}")
-        want_scales = (data.shape[0],) if format == "int8" else (0,)
+        want_scales = quantization.scales_shape(format, data.shape[0])
         if scales.shape != want_scales:
             raise ValueError(
                 f"scales for format {format!r} with {data.shape[0]} rows must "

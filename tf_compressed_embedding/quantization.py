@@ -92,7 +92,8 @@ def encode(table, fmt):
     """Encodes ``table`` in format ``fmt``; returns (data, scales)."""
     if check_format(fmt) == "int8":
         return encode_int8(table)
-    return encode_fp16(table), np.zeros((0,), np.float32)
+    data = encode_fp16(table)
+    return data, np.zeros(scales_shape(fmt, data.shape[0]), np.float32)
 
 
 def decode(data, scales, fmt):
@@ -101,6 +102,11 @@ def decode(data, scales, fmt):
     if check_format(fmt) == "int8":
         return data.astype(np.float32) * np.asarray(scales, np.float32)[:, None]
     return data.astype(np.float32)
+
+
+def scales_shape(fmt, rows):
+    """The shape of ``scales`` in format ``fmt`` for a table of ``rows`` rows."""
+    return (rows,) if check_format(fmt) == "int8" else (0,)
 
 
 def storage_dtype(fmt):
