@@ -35,6 +35,9 @@ OP_LIBRARY_SOURCES = {
                                  "-mavx512vl", "-mavx2", "-mfma", "-mf16c"],
 }
 
+# The export tool's streaming checkpoint writer (a C shim over TF's BundleWriter).
+BUNDLE_WRITER_SOURCES = {"export_tools/native/bundle_writer.cc": []}
+
 SANITIZER_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
                    "-fno-sanitize-recover=undefined"]
 
@@ -68,18 +71,23 @@ class BuildOpLibrary(build_ext):
 
 
 class OpLibrary(Extension):
-    def __init__(self, name, per_file_flags):
+    """A shared library linked against TF (no Python ABI), built per file."""
+
+    def __init__(self, name, per_file_flags, headers_dir):
         super().__init__(name, sources=list(per_file_flags),
                          depends=sorted(
-                             os.path.join("kernels", f)
-                             for f in os.listdir("kernels")
+                             os.path.join(headers_dir, f)
+                             for f in os.listdir(headers_dir)
                              if f.endswith(".h")))
         self.extra_per_file_flags = per_file_flags
 
 
 if __name__ == "__main__":  # importable for its flag table (tools/kernel_objects.py)
     setup(
-        ext_modules=[OpLibrary("tf_compressed_embedding._ops",
-                               OP_LIBRARY_SOURCES)],
+        ext_modules=[
+            OpLibrary("tf_compressed_embedding._ops", OP_LIBRARY_SOURCES, "kernels"),
+            OpLibrary("export_tools._bundle_writer", BUNDLE_WRITER_SOURCES,
+                      "export_tools/native"),
+        ],
         cmdclass={"build_ext": BuildOpLibrary},
     )

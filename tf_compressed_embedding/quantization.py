@@ -39,21 +39,25 @@ def _as_float_table(table):
     return table
 
 
-def _check_finite(table):
+def _check_finite(table, row_offset):
     bad = ~np.isfinite(table)
     count = int(bad.sum())
     if count:
         row, col = np.argwhere(bad)[0]
         raise ValueError(
             f"table has {count} non-finite value(s) (NaN or Inf), the first "
-            f"at row {row}, column {col}; only finite tables can be "
-            f"quantized")
+            f"at row {row + row_offset}, column {col}; only finite tables can "
+            f"be quantized")
 
 
-def encode_int8(table):
-    """Encodes a float table as (int8 data [V, D], float32 scales [V])."""
+def encode_int8(table, row_offset=0):
+    """Encodes a float table as (int8 data [V, D], float32 scales [V]).
+
+    ``row_offset`` is added to row numbers in error messages (for tables
+    encoded in chunks).
+    """
     table = _as_float_table(table)
-    _check_finite(table)
+    _check_finite(table, row_offset)
     rows, dim = table.shape
     data = np.empty((rows, dim), np.int8)
     scales = np.empty((rows,), np.float32)
@@ -73,26 +77,28 @@ def encode_int8(table):
     return data, scales
 
 
-def encode_fp16(table):
-    """Encodes a float table as float16 data [V, D]."""
+def encode_fp16(table, row_offset=0):
+    """Encodes a float table as float16 data [V, D] (``row_offset``: as for
+    :func:`encode_int8`)."""
     table = _as_float_table(table)
-    _check_finite(table)
+    _check_finite(table, row_offset)
     if table.size:
         amax = np.abs(table).max()
         if amax > FP16_MAX:
             row, col = np.unravel_index(np.abs(table).argmax(), table.shape)
             raise ValueError(
                 f"table has values beyond the float16 range [-{FP16_MAX:g}, "
-                f"{FP16_MAX:g}]: |x| = {amax:g} at row {row}, column {col}; "
+                f"{FP16_MAX:g}]: |x| = {amax:g} at row {row + row_offset}, "
+                f"column {col}; "
                 f"use the 'int8' format, or rescale the table")
     return table.astype(np.float16)
 
 
-def encode(table, fmt):
+def encode(table, fmt, row_offset=0):
     """Encodes ``table`` in format ``fmt``; returns (data, scales)."""
     if check_format(fmt) == "int8":
-        return encode_int8(table)
-    data = encode_fp16(table)
+        return encode_int8(table, row_offset)
+    data = encode_fp16(table, row_offset)
     return data, np.zeros(scales_shape(fmt, data.shape[0]), np.float32)
 
 

@@ -1,0 +1,325 @@
+"""`compress_saved_model`: the export pipeline.
+
+1. Open the source graph-only; inline each signature and classify the uses
+   of every rank-2 float variable (`signature_rewrite.analyze`).
+2. Choose the tables: float32, at least `min_rows` rows, every use a lookup
+   we can rewrite (or refuse, naming the node at fault).
+3. Rewrite each signature's lookups; build a new module that owns the
+   compressed tables, the kept variables and the pass-through resources;
+   save it beside the destination, stream the tables into its checkpoint.
+4. Verify in fresh processes, write the warmup requests, rename into place.
+Nothing is ever written to the source, and a failure leaves no destination.
+"""
+import dataclasses
+import itertools
+import os
+import re
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from export_tools import output_model, verify as verification, warmup
+from export_tools.errors import ExportError
+from export_tools.report import ExportReport, directory_bytes
+from export_tools.signature_rewrite import analyze, rewrite
+from export_tools.source import SourceModel
+from export_tools.table_stream import encoded_chunks, new_report
+from tf_compressed_embedding import quantization
+
+OPS_MODES = ("fused", "stock")
+DEFAULT_MIN_ROWS = 1000
+DEFAULT_CHUNK_BYTES = 64 << 20   # FP32 bytes read per chunk
+_SMALL_VARIABLE_BYTES = 64 << 20  # kept variables above this are streamed too
+
+
+class Progress:
+    """Callbacks for long work; the CLI draws them with rich. All optional."""
+
+    def stage(self, text):
+        """A new step of the pipeline begins."""
+
+    def table(self, name, rows):
+        """Encoding of table `name` (`rows` rows) begins."""
+
+    def rows_done(self, count):
+        """`count` more rows of the current table are encoded."""
+
+    def warn(self, text):
+        """Something the user should know; the export goes on."""
+
+
+@dataclasses.dataclass
+class _Table:
+    uid: tuple
+    location: object
+    placeholders: dict = dataclasses.field(default_factory=dict)  # signature -> [ph]
+
+
+def _check_arguments(src, dst, dtype, ops, min_rows, chunk_rows, overwrite):
+    quantization.check_format(dtype)
+    if ops not in OPS_MODES:
+        raise ExportError(f"ops must be one of {', '.join(OPS_MODES)}, got {ops!r}")
+    if min_rows < 0:
+        raise ExportError(f"min_rows must be >= 0, got {min_rows}")
+    if chunk_rows is not None and chunk_rows < 1:
+        raise ExportError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    src_real, dst_real = os.path.realpath(src), os.path.realpath(dst)
+    if dst_real == src_real or dst_real.startswith(src_real + os.sep) \
+            or src_real.startswith(dst_real + os.sep):
+        raise ExportError(f"the destination {dst} must be outside the source {src}")
+    if os.path.lexists(dst) and not overwrite:
+        raise ExportError(f"the destination {dst} exists; pass overwrite=True "
+                          f"(--overwrite) to replace it")
+
+
+def _matches(pattern, location):
+    return pattern is not None and (re.search(pattern, location.name)
+                                    or re.search(pattern, location.key))
+
+
+def _describe(uses):
+    for name, op, reason in uses.unsupported:
+        if reason != "not a lookup":
+            return f"{op} {name!r} with {reason}: only row lookups (axis 0, batch_dims 0) " \
+                   f"can be rewritten"
+    return None
+
+
+def choose_tables(analyses, tables, keep, min_rows, progress, report):
+    """{uid: _Table} of the tables to convert; refuses tables it cannot convert."""
+    chosen = {}
+    for analysis in analyses:
+        for placeholder, uses in analysis.uses.items():
+            loc = analysis.locations[placeholder]
+            uid = (loc.key, loc.offset)
+            lookups = len(uses.gathers) + len(uses.pooled)
+            bad_lookup = _describe(uses)
+            looks_like_table = lookups or bad_lookup or uses.control_flow
+            named = _matches(tables, loc)
+            if not looks_like_table or (tables is not None and not named):
+                continue
+            if _matches(keep, loc):
+                if uid not in {u for u, _ in report.kept_fp32}:
+                    report.kept_fp32.append((uid, f"{loc.name}: kept FP32 as asked"))
+                continue
+            if loc.full_shape[0] < min_rows:
+                continue
+            where = f"table {loc.name!r} (signature {analysis.key!r})"
+            hint = f"; pass --keep '{re.escape(loc.name)}' to leave it FP32"
+            if loc.dtype.name != "float32":
+                raise ExportError(f"{where} is {loc.dtype.name}; only float32 tables "
+                                  f"can be compressed{hint}")
+            if uses.control_flow:
+                node, op = uses.control_flow[0]
+                raise ExportError(f"{where} is used inside the body of {op} {node!r}: "
+                                  f"lookups in control flow cannot be rewritten{hint}")
+            if bad_lookup:
+                raise ExportError(f"{where} is read by {bad_lookup}{hint}")
+            if uses.unsupported:
+                node, op, _ = uses.unsupported[0]
+                raise ExportError(f"{where} is also read by {op} {node!r}, which is not "
+                                  f"a lookup (tied weights?), so it cannot be "
+                                  f"compressed{hint}")
+            table = chosen.setdefault(uid, _Table(uid, loc))
+            table.placeholders.setdefault(analysis.key, []).append(placeholder)
+    return chosen
+
+
+def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=None,
+                         min_rows=DEFAULT_MIN_ROWS, signatures=None, chunk_rows=None,
+                         overwrite=False, verify=True, examples=None, report=None,
+                         progress=None):
+    """Writes a copy of SavedModel `src` to `dst` with its FP32 embedding tables
+    stored as `dtype` ("int8" with per-row scales, or "fp16").
+
+    Args:
+      ops: "fused" emits CompressedEmbeddingLookup / FusedDecodeAxpy (servers
+        built with this package's ops); "stock" emits only stock TF ops.
+      tables: regex of table names (or checkpoint keys) to convert; default:
+        every float32 rank-2 variable read only by lookups.
+      keep: regex of tables to leave FP32 (e.g. tied weights).
+      min_rows: tables with fewer rows are left FP32.
+      signatures: keys of the signatures to keep (default: all).
+      chunk_rows: rows encoded per chunk (default: about 64 MiB of FP32).
+      overwrite: replace an existing `dst`.
+      verify: run both models in fresh processes and compare every output.
+      examples: {signature: {input: array}} to verify on (default: generated).
+      report: path of a JSON report to write.
+      progress: a `Progress` receiving callbacks.
+    Returns:
+      An `ExportReport`.
+    Raises:
+      ExportError: anything refused or failed; `dst` is then left untouched.
+    """
+    progress = progress or Progress()
+    _check_arguments(src, dst, dtype, ops, min_rows, chunk_rows, overwrite)
+    if ops == "fused":
+        try:
+            import tf_compressed_embedding  # noqa: F401 - registers the fused ops
+        except Exception as e:  # noqa: BLE001
+            raise ExportError(f"--ops fused needs the op library: {e}")
+    result = ExportReport(os.path.abspath(src), os.path.abspath(dst), dtype, ops)
+    progress.stage(f"reading {src}")
+    source = SourceModel(src)
+    keys = source.signature_keys()
+    if signatures is not None:
+        unknown = sorted(set(signatures) - set(keys))
+        if unknown:
+            raise ExportError(f"no signature {unknown[0]!r} in {src} (it has "
+                              f"{', '.join(keys)})")
+        keys = [k for k in keys if k in signatures]
+    if not keys:
+        raise ExportError(f"{src} has no signatures to export")
+    progress.stage("analyzing signatures")
+    analyses = [analyze(source, key, source.loaded.signatures[key]) for key in keys]
+    chosen = choose_tables(analyses, tables, keep, min_rows, progress, result)
+    result.kept_fp32 = [reason for _, reason in result.kept_fp32]
+    if not chosen:
+        raise ExportError(
+            f"found no table to compress in {src}: no float32 rank-2 variable of at "
+            f"least {min_rows} rows is read only by lookups"
+            + (f" and matches {tables!r}" if tables else ""))
+
+    parent = os.path.dirname(os.path.abspath(dst))
+    os.makedirs(parent, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.tfce-", dir=parent)
+    try:
+        out = os.path.join(workdir, "model")
+        # Inputs are derived from the source graphs, before the rewrite edits them.
+        feeds = _feeds(analyses, chosen, examples) if verify else None
+        _write(source, analyses, chosen, dtype, ops, chunk_rows, out, progress, result)
+        if verify:
+            progress.stage("verifying in fresh processes")
+            worst = max(t.relative_error for t in result.tables)
+            result.verification, result.tolerance = verification.verify(
+                src, out, feeds, ops == "fused", worst)
+            result.verified = True
+            result.warmup_requests = warmup.write(out, feeds, source.signature_defs)
+        result.checkpoint_bytes_before = directory_bytes(os.path.join(src, "variables"))
+        result.checkpoint_bytes_after = directory_bytes(os.path.join(out, "variables"))
+        _move_into_place(out, dst)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if report:
+        result.write_json(report)
+    return result
+
+
+def _write(source, analyses, chosen, dtype, ops, chunk_rows, out, progress, result):
+    progress.stage("rewriting signatures")
+    module = output_model.ExportedModel()
+    compressed, kept, streams, full_shapes = {}, {}, [], {}
+    for i, table in enumerate(sorted(chosen.values(), key=lambda t: t.location.name)):
+        rows, dim = table.location.shape
+        compressed[table.uid] = output_model.CompressedVariables(i, rows, dim, dtype)
+        module.compressed_tables.append(compressed[table.uid])
+
+    def resolve(binding):
+        kind, target = binding[0], binding[1]
+        if kind == "table":
+            return getattr(compressed[target], binding[2])
+        if kind == "variable":
+            uid = (target.key, target.offset)
+            if uid not in kept:
+                kept[uid] = _kept_variable(source, target, len(kept), streams, full_shapes)
+                module.kept_variables.append(kept[uid])
+            return kept[uid]
+        capture = target
+        if capture.owner is not None and all(capture.owner is not r for r in module.resources):
+            module.resources.append(capture.owner)
+        return capture.external
+
+    signature_functions = {}
+    for analysis in analyses:
+        mine = {p: uid for uid, t in chosen.items() for p in t.placeholders.get(analysis.key, ())}
+        rewritten = rewrite(analysis, mine, dtype, ops)
+        signature_functions[analysis.key] = output_model.signature_function(
+            rewritten, resolve, analysis.function.structured_outputs)
+    progress.stage("saving the rewritten model")
+    output_model.save(module, signature_functions, out)
+
+    for index, variables in enumerate(module.compressed_tables):
+        uid = next(u for u, t in compressed.items() if t is variables)
+        table_report = new_report(chosen[uid].location, dtype)
+        table_report.signatures = sorted(chosen[uid].placeholders)
+        result.tables.append(table_report)
+        streams.append(_table_slices(source, chosen[uid].location, variables, index,
+                                     dtype, chunk_rows, table_report, full_shapes,
+                                     progress))
+    streamed_keys = {key for key, _ in full_shapes.values()}
+    progress.stage("writing the compressed checkpoint")
+    output_model.rebuild_checkpoint(out, streamed_keys, itertools.chain(*streams))
+    output_model.patch_meta_graph(
+        out, {name: shape for name, (_, shape) in full_shapes.items()},
+        {k: d.method_name for k, d in source.signature_defs.items()}, source.tags)
+    output_model.copy_extra_assets(source.path, out)
+
+
+def _variable_name(variable):
+    return variable.name.split(":")[0]
+
+
+def _table_slices(source, loc, variables, index, dtype, chunk_rows, table_report,
+                  full_shapes, progress):
+    """Registers one table's streamed variables in `full_shapes` and returns
+    its checkpoint slices (data and scales, encoded in one pass)."""
+    rows, dim = loc.shape
+    data_key = output_model.variable_key(f"compressed_tables/{index}/data")
+    full_shapes[_variable_name(variables.data)] = (data_key, (rows, dim))
+    scales_key = None
+    if variables.scales is not None:
+        scales_key = output_model.variable_key(f"compressed_tables/{index}/scales")
+        full_shapes[_variable_name(variables.scales)] = (scales_key, (rows,))
+    rows_per_chunk = chunk_rows or max(1, DEFAULT_CHUNK_BYTES // max(1, 4 * dim))
+
+    def slices():
+        progress.table(loc.name, rows)
+        for start, data, scales in encoded_chunks(source.checkpoint, loc, dtype,
+                                                  rows_per_chunk, table_report,
+                                                  progress.rows_done):
+            yield data_key, (rows, dim), start, data
+            if scales_key:
+                yield scales_key, (rows,), start, scales
+    return slices()
+
+
+def _kept_variable(source, location, index, streams, full_shapes):
+    """A variable kept as it was; large ones are streamed like the tables."""
+    name = f"kept_{index}"
+    if location.nbytes <= _SMALL_VARIABLE_BYTES or not location.shape:
+        return tf.Variable(output_model.small_value(source.checkpoint, location),
+                           trainable=False, name=name)
+    variable = output_model.empty_variable(location.shape, location.dtype, name)
+    key = output_model.variable_key(f"kept_variables/{index}")
+    full_shapes[_variable_name(variable)] = (key, location.shape)
+    rows = location.shape[0]
+    step = max(1, _SMALL_VARIABLE_BYTES // max(1, location.nbytes // rows))
+    streams.append((key, location.shape, s,
+                    source.checkpoint.read_rows(location, s, min(step, rows - s)))
+                   for s in range(0, rows, step))
+    return variable
+
+
+def _feeds(analyses, chosen, examples):
+    feeds = {}
+    for analysis in analyses:
+        if examples and analysis.key in examples:
+            feeds[analysis.key] = examples[analysis.key]
+            continue
+        rows = {p: t.location.full_shape[0] for t in chosen.values()
+                for p in t.placeholders.get(analysis.key, ())}
+        bounds = verification.id_bounds(analysis, rows)
+        feeds[analysis.key] = verification.generate_inputs(analysis, bounds)
+    return feeds
+
+
+def _move_into_place(out, dst):
+    if os.path.lexists(dst):
+        old = dst.rstrip(os.sep) + ".tfce-replaced"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(dst, old)
+        os.rename(out, dst)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(out, dst)

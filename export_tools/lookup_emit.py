@@ -1,0 +1,195 @@
+"""Replacing a table's lookups with decode subgraphs over its compressed variables.
+
+Each replacement keeps the name of the node it replaces, so every consumer
+stays wired. `ops="fused"` emits this package's ops (`CompressedEmbeddingLookup`
+for row gathers, `FusedDecodeAxpy` for pooled lookups); `ops="stock"` emits
+only stock TF ops for the decode (gather int8 + cast * scale, or gather fp16 +
+cast) and leaves pooling to the graph's own ops.
+"""
+import dataclasses
+
+import tensorflow as tf
+
+from export_tools.graph_edit import node_name, output_index
+
+
+@dataclasses.dataclass
+class CompressedInputs:
+    """Placeholders (bound to the new variables at import) and reads of one table."""
+    data_placeholder: str
+    scales_placeholder: str  # None for fp16 (its scales are an empty constant)
+    data_read: str
+    scales_read: str
+
+
+class Emitter:
+    """Emits decode subgraphs into `editor` for tables stored in `fmt`."""
+
+    def __init__(self, editor, specs, fmt, ops):
+        self.editor = editor
+        self.specs = specs
+        self.fmt = fmt
+        self.ops = ops
+        self.storage = tf.int8 if fmt == "int8" else tf.float16
+
+    def _dtype(self, tensor):
+        return self.specs[node_name(tensor)][output_index(tensor)][1]
+
+    def add_table(self, base):
+        """Adds the placeholders and reads for one compressed table."""
+        ed = self.editor
+        data_ph = ed.add(ed.unique_name(base + "/data"), "Placeholder", [],
+                         dtype=tf.resource)
+        data_read = ed.add(ed.unique_name(base + "/data_read"), "ReadVariableOp",
+                           [data_ph], dtype=self.storage)
+        if self.fmt == "int8":
+            scales_ph = ed.add(ed.unique_name(base + "/scales"), "Placeholder", [],
+                               dtype=tf.resource)
+            scales_read = ed.add(ed.unique_name(base + "/scales_read"),
+                                 "ReadVariableOp", [scales_ph], dtype=tf.float32)
+        else:
+            scales_ph = None
+            scales_read = ed.add_const(base + "/no_scales", [], tf.float32)
+        return CompressedInputs(data_ph, scales_ph, data_read, scales_read)
+
+    def control_inputs(self, table):
+        """The reads that stand in for the FP32 read in control dependencies."""
+        return [table.data_read] + ([table.scales_read] if table.scales_placeholder else [])
+
+    def replace_gather(self, table, gather):
+        """`gather.node` (rows of the FP32 table) becomes a decode of the same rows."""
+        ed = self.editor
+        name, ids = gather.node, gather.ids
+        id_type = self._dtype(ids)
+        ed.remove(name)
+        if self.ops == "fused":
+            ed.add(name, "CompressedEmbeddingLookup",
+                   [table.data_read, table.scales_read, ids], T=self.storage, Tidx=id_type)
+            return
+        axis = ed.add_const(name + "/decode/axis", 0, tf.int32)
+        rows = ed.add(ed.unique_name(name + "/decode/rows"), "GatherV2",
+                      [table.data_read, ids, axis], Tparams=self.storage,
+                      Tindices=id_type, Taxis=tf.int32, batch_dims=0)
+        if self.fmt == "fp16":
+            ed.add(name, "Cast", [rows], SrcT=tf.float16, DstT=tf.float32, Truncate=False)
+            return
+        as_float = ed.add(ed.unique_name(name + "/decode/to_float"), "Cast", [rows],
+                          SrcT=tf.int8, DstT=tf.float32, Truncate=False)
+        scales = ed.add(ed.unique_name(name + "/decode/scales"), "GatherV2",
+                        [table.scales_read, ids, axis], Tparams=tf.float32,
+                        Tindices=id_type, Taxis=tf.int32, batch_dims=0)
+        last = ed.add_const(name + "/decode/last_axis", -1, tf.int32)
+        column = ed.add(ed.unique_name(name + "/decode/scale_column"), "ExpandDims",
+                        [scales, last], T=tf.float32, Tdim=tf.int32)
+        ed.add(name, "Mul", [as_float, column], T=tf.float32)
+
+    def replace_shape_query(self, table, name):
+        """`Shape(read)` / `VariableShape(T)` of the table: the same shape, asked
+        of the compressed rows."""
+        node = self.editor.nodes[name]
+        source = table.data_placeholder if node.op == "VariableShape" else table.data_read
+        node.input[0] = source
+        if node.op in ("Shape", "Size", "Rank"):
+            node.attr["T"].type = self.storage.as_datatype_enum
+
+    def replace_pooled(self, table, pooled):
+        """`pooled.root` becomes one FusedDecodeAxpy (fused mode only)."""
+        ed = self.editor
+        root = pooled.root
+        base = root + "/fused"
+        if pooled.segment_ids is None:
+            ids, segment_ids, num_segments = self._dense_bag(base, pooled.ids)
+        else:
+            ids = self._ids(base, pooled.ids)
+            segment_ids = pooled.segment_ids
+            num_segments = pooled.num_segments or self._segment_count(base, segment_ids)
+        weights = self._weights(base, pooled)
+        ed.remove(root)
+        ed.add(root, "FusedDecodeAxpy",
+               [table.data_read, table.scales_read, ids, segment_ids, weights, num_segments],
+               T=self.storage, Tidx=self._dtype(ids), Tseg=self._dtype(segment_ids),
+               Tnumsegments=self._dtype(num_segments), combiner=pooled.combiner)
+
+    def _record(self, name, dtype):
+        self.specs[name] = [(None, dtype)]
+        return name
+
+    def _ids(self, base, ids):
+        if not isinstance(ids, tuple):
+            return ids
+        rows_ids, indices = ids
+        ed = self.editor
+        axis = ed.add_const(base + "/axis", 0, tf.int32)
+        name = ed.add(ed.unique_name(base + "/ids"), "GatherV2", [rows_ids, indices, axis],
+                      Tparams=self._dtype(rows_ids), Tindices=self._dtype(indices),
+                      Taxis=tf.int32, batch_dims=0)
+        return self._record(name, self._dtype(rows_ids))
+
+    def _segment_count(self, base, segment_ids):
+        """max(segment_ids) + 1, and 0 for no ids: what Segment* ops output."""
+        ed = self.editor
+        dtype = self._dtype(segment_ids)
+        axis = ed.add_const(base + "/axis0", [0], tf.int32)
+        top = ed.add(ed.unique_name(base + "/max_segment"), "Max", [segment_ids, axis],
+                     T=dtype, Tidx=tf.int32, keep_dims=False)
+        minus_one = ed.add_const(base + "/minus_one", -1, dtype)
+        top = ed.add(ed.unique_name(base + "/max_segment_or_none"), "Maximum",
+                     [top, minus_one], T=dtype)
+        one = ed.add_const(base + "/one", 1, dtype)
+        return self._record(ed.add(ed.unique_name(base + "/num_segments"), "AddV2",
+                                   [top, one], T=dtype), dtype)
+
+    def _dense_bag(self, base, ids):
+        """[B, L] ids -> flat ids, segment ids (row of each id) and B."""
+        ed = self.editor
+        id_type = self._dtype(ids)
+        flat_shape = ed.add_const(base + "/flat", [-1], tf.int32)
+        flat = self._record(ed.add(ed.unique_name(base + "/flat_ids"), "Reshape",
+                                   [ids, flat_shape], T=id_type, Tshape=tf.int32), id_type)
+        shape = ed.add(ed.unique_name(base + "/ids_shape"), "Shape", [ids],
+                       T=id_type, out_type=tf.int64)
+
+        def dim(i):
+            begin = ed.add_const(base + f"/dim{i}_begin", [i], tf.int32)
+            end = ed.add_const(base + f"/dim{i}_end", [i + 1], tf.int32)
+            stride = ed.add_const(base + f"/dim{i}_stride", [1], tf.int32)
+            return ed.add(ed.unique_name(base + f"/dim{i}"), "StridedSlice",
+                          [shape, begin, end, stride], T=tf.int64, Index=tf.int32,
+                          shrink_axis_mask=1, begin_mask=0, end_mask=0,
+                          ellipsis_mask=0, new_axis_mask=0)
+        bags, bag_size = dim(0), dim(1)
+        count = ed.add(ed.unique_name(base + "/id_count"), "Mul", [bags, bag_size],
+                       T=tf.int64)
+        zero = ed.add_const(base + "/zero", 0, tf.int64)
+        one = ed.add_const(base + "/one", 1, tf.int64)
+        positions = ed.add(ed.unique_name(base + "/positions"), "Range",
+                           [zero, count, one], Tidx=tf.int64)
+        divisor = ed.add(ed.unique_name(base + "/bag_size_or_one"), "Maximum",
+                         [bag_size, one], T=tf.int64)
+        segment_ids = ed.add(ed.unique_name(base + "/segment_ids"), "FloorDiv",
+                             [positions, divisor], T=tf.int64)
+        return flat, self._record(segment_ids, tf.int64), self._record(bags, tf.int64)
+
+    def _weights(self, base, pooled):
+        ed = self.editor
+        if pooled.weights is None:
+            return ed.add_const(base + "/unweighted", [], tf.float32)
+        weights = pooled.weights
+        if pooled.dense_weights_3d:  # [B or 1, L or 1, 1] -> [B, L, 1]
+            ids_shape = ed.add(ed.unique_name(base + "/weights_ids_shape"), "Shape",
+                               [pooled.ids], T=self._dtype(pooled.ids), out_type=tf.int32)
+            ones = ed.add_const(base + "/weights_one", [1], tf.int32)
+            axis = ed.add_const(base + "/weights_axis", 0, tf.int32)
+            target = ed.add(ed.unique_name(base + "/weights_shape"), "ConcatV2",
+                            [ids_shape, ones, axis], T=tf.int32, N=2, Tidx=tf.int32)
+            weights = ed.add(ed.unique_name(base + "/weights_full"), "BroadcastTo",
+                             [weights, target], T=self._dtype(pooled.weights),
+                             Tidx=tf.int32)
+        dtype = self._dtype(pooled.weights)
+        flat_shape = ed.add_const(base + "/weights_flat", [-1], tf.int32)
+        flat = ed.add(ed.unique_name(base + "/weights"), "Reshape", [weights, flat_shape],
+                      T=dtype, Tshape=tf.int32)
+        if dtype != tf.float32:
+            flat = ed.add(ed.unique_name(base + "/weights_f32"), "Cast", [flat],
+                          SrcT=dtype, DstT=tf.float32, Truncate=False)
+        return flat

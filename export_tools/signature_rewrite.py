@@ -1,0 +1,139 @@
+"""Inlining one signature function and rewriting its table lookups.
+
+`analyze` inlines the signature (Grappler's function inliner, as TF-TRT and
+tf2onnx do), lifts TF1 ref variables to resource reads, and classifies every
+use of every rank-2 float variable. `rewrite` then replaces the lookups of the
+chosen tables, redirects control edges from the FP32 reads to the new ones,
+prunes, and checks that nothing still reads a converted table.
+"""
+import dataclasses
+
+import tensorflow as tf
+from tensorflow.python.framework import convert_to_constants
+
+from export_tools.errors import ExportError
+from export_tools.graph_edit import GraphEditor, infer_shapes
+from export_tools.lookup_emit import Emitter
+from export_tools.lookup_patterns import find_uses, match_pooled
+
+_REF_VARIABLE_OPS = ("VariableV2", "Variable")
+
+
+@dataclasses.dataclass
+class SignatureAnalysis:
+    key: str
+    function: object
+    editor: GraphEditor
+    specs: dict
+    captures: dict        # placeholder -> Capture
+    locations: dict       # placeholder -> VariableLocation (captured or lifted variables)
+    uses: dict            # placeholder -> TableUses, for rank-2 float variables
+    input_names: list     # signature input keys, sorted
+    input_specs: list     # tf.TensorSpec per input key
+    input_tensors: list   # graph tensor name per input key
+    outputs: dict         # output key -> graph tensor name
+
+
+@dataclasses.dataclass
+class RewrittenSignature:
+    key: str
+    graph_def: object
+    input_names: list
+    input_specs: list
+    input_tensors: list
+    outputs: dict
+    bindings: dict        # placeholder -> ("table", uid, "data"|"scales") | ("variable", loc)
+    #                        | ("external", tensor)
+
+
+def _inline(function):
+    # The private inliner TF-TRT and tf2onnx use; lower_control_flow=False keeps
+    # While/If bodies as library functions, where table uses are refused.
+    return convert_to_constants._run_inline_graph_optimization(  # noqa: SLF001
+        function, lower_control_flow=False, aggressive_inlining=True)
+
+
+def _lift_ref_variables(editor, source):
+    """`VariableV2 X` becomes `ReadVariableOp X(Placeholder X__lifted)`."""
+    lifted = {}
+    for node in list(editor.graph_def.node):
+        if node.op not in _REF_VARIABLE_OPS:
+            continue
+        name, dtype = node.name, tf.as_dtype(node.attr["dtype"].type)
+        editor.remove(name)
+        placeholder = editor.add(editor.unique_name(name + "__lifted"), "Placeholder", [],
+                                 dtype=tf.resource)
+        editor.add(name, "ReadVariableOp", [placeholder], dtype=dtype.base_dtype)
+        lifted[placeholder] = source.tf1_location(name)
+    # Ref-typed consumers (Identity `x/read`) now see a plain tensor.
+    for node in editor.graph_def.node:
+        if "T" in node.attr and node.attr["T"].type > 100:  # a ref dtype
+            node.attr["T"].type -= 100
+    editor._reindex()  # noqa: SLF001 - nodes were replaced in place
+    return lifted
+
+
+def analyze(source, key, function):
+    """Inlines signature `key` and classifies the uses of its variables."""
+    try:
+        graph_def = _inline(function)
+    except Exception as e:  # noqa: BLE001
+        raise ExportError(f"signature {key!r}: TensorFlow could not inline it: "
+                          f"{str(e).splitlines()[0]}")
+    editor = GraphEditor(graph_def)
+    captures = {c.placeholder: c for c in source.captures(key, function)}
+    locations = {p: c.location for p, c in captures.items() if c.location is not None}
+    locations.update(_lift_ref_variables(editor, source))
+    specs = infer_shapes(editor.graph_def)
+    uses = {}
+    for placeholder, loc in locations.items():
+        if len(loc.shape) == 2 and loc.dtype.is_floating and placeholder in editor.nodes:
+            found = find_uses(editor, placeholder)
+            match_pooled(editor, found, specs)
+            uses[placeholder] = found
+    kwargs = function.structured_input_signature[1]
+    names = sorted(kwargs)
+    arg_tensors = [t.name for t in function.inputs if t.dtype != tf.resource][:len(names)]
+    outputs = dict(zip(sorted(function.structured_outputs), [t.name for t in function.outputs]))
+    return SignatureAnalysis(key, function, editor, specs, captures, locations, uses,
+                             names, [kwargs[n] for n in names], arg_tensors, outputs)
+
+
+def rewrite(analysis, chosen, fmt, ops):
+    """Rewrites the lookups of the tables in `chosen` (placeholder -> table uid)."""
+    editor, emitter = analysis.editor, Emitter(analysis.editor, analysis.specs, fmt, ops)
+    bindings = {}
+    for placeholder, uid in chosen.items():
+        uses = analysis.uses[placeholder]
+        table = emitter.add_table(placeholder)
+        bindings[table.data_placeholder] = ("table", uid, "data")
+        if table.scales_placeholder:
+            bindings[table.scales_placeholder] = ("table", uid, "scales")
+        if ops == "fused":
+            for pooled in uses.pooled:
+                emitter.replace_pooled(table, pooled)
+        for gather in uses.gathers:
+            emitter.replace_gather(table, gather)
+        for name in uses.shape_queries:
+            emitter.replace_shape_query(table, name)
+        new_reads = emitter.control_inputs(table)
+        for old in uses.reads + [g.node for g in uses.gathers]:
+            editor.redirect_control(old, new_reads)
+    editor.prune(list(analysis.outputs.values()) + analysis.input_tensors)
+    editor.strip_shape_attrs()
+    for placeholder in chosen:
+        if placeholder in editor.nodes:
+            users = [n.name for n, _ in editor.consumers.get(placeholder, ())]
+            raise ExportError(f"signature {analysis.key!r}: table "
+                              f"{analysis.locations[placeholder].name!r} is still read by "
+                              f"{', '.join(users) or 'the graph'} after the rewrite")
+    for node in editor.graph_def.node:
+        if node.op != "Placeholder" or node.name in bindings:
+            continue
+        if node.name in analysis.locations:
+            bindings[node.name] = ("variable", analysis.locations[node.name])
+        elif node.name in analysis.captures:
+            bindings[node.name] = ("external", analysis.captures[node.name])
+    return RewrittenSignature(analysis.key, editor.graph_def, analysis.input_names,
+                              analysis.input_specs, analysis.input_tensors,
+                              analysis.outputs, bindings)

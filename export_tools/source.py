@@ -1,0 +1,195 @@
+"""The source SavedModel: its MetaGraph, checkpoint, signatures, and where each
+captured variable of a signature lives in the checkpoint.
+
+The model is loaded graph-only (`experimental_skip_checkpoint`), so no table
+is ever held in memory whole; values are read from the checkpoint on demand.
+"""
+import dataclasses
+import os
+
+import tensorflow as tf
+from tensorflow.core.framework import variable_pb2
+from tensorflow.core.protobuf import saved_model_pb2, trackable_object_graph_pb2
+
+from export_tools.checkpoint_io import CheckpointReader, VariableLocation
+from export_tools.errors import ExportError
+
+SERVE_TAG = "serve"
+_TF1_VARIABLE_COLLECTIONS = ("variables", "local_variables", "model_variables",
+                             "trainable_variables")
+
+
+@dataclasses.dataclass
+class Capture:
+    """One captured input of a signature function, as a placeholder of its graph."""
+    placeholder: str
+    external: object                  # the eager tensor / handle captured
+    location: VariableLocation = None  # for variables: where the value lives
+    owner: object = None              # for other resources (tables): their trackable
+
+
+def _first_line(error):
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+class SourceModel:
+    """A SavedModel directory opened for reading (never written)."""
+
+    def __init__(self, path, tags=(SERVE_TAG,)):
+        self.path = path
+        pb_path = os.path.join(path, "saved_model.pb")
+        if not os.path.isdir(path):
+            raise ExportError(f"{path}: no such directory")
+        if not os.path.exists(pb_path):
+            raise ExportError(f"{path} is not a SavedModel: saved_model.pb is missing")
+        self.saved_model = saved_model_pb2.SavedModel()
+        try:
+            with open(pb_path, "rb") as f:
+                self.saved_model.ParseFromString(f.read())
+        except Exception as e:  # noqa: BLE001 - protobuf raises DecodeError and others
+            raise ExportError(f"{pb_path} is corrupt: {_first_line(e)}")
+        matching = [m for m in self.saved_model.meta_graphs
+                    if set(tags) <= set(m.meta_info_def.tags)]
+        if not matching:
+            found = [sorted(m.meta_info_def.tags) for m in self.saved_model.meta_graphs]
+            raise ExportError(f"{pb_path} has no MetaGraph tagged {sorted(tags)} "
+                              f"(tag sets present: {found})")
+        self.meta_graph = matching[0]
+        self.tags = list(tags)
+        self.signature_defs = dict(self.meta_graph.signature_def)
+        self.is_tf2 = len(self.meta_graph.object_graph_def.nodes) > 0
+        self.checkpoint_prefix = os.path.join(path, "variables", "variables")
+        if not os.path.exists(self.checkpoint_prefix + ".index"):
+            raise ExportError(f"{path}: the variables index "
+                              f"variables/variables.index is missing")
+        self.checkpoint = CheckpointReader(self.checkpoint_prefix)
+        self._tf1_variables = self._read_tf1_variable_defs()
+        self._object_graph = self._read_object_graph() if self.is_tf2 else None
+        try:
+            self.loaded = tf.saved_model.load(
+                path, tags=self.tags,
+                options=tf.saved_model.LoadOptions(experimental_skip_checkpoint=True))
+        except Exception as e:  # noqa: BLE001 - TF raises many types here
+            raise ExportError(f"TensorFlow cannot load {path}: {_first_line(e)}")
+        self._trackables = None
+
+    def _read_tf1_variable_defs(self):
+        found = {}
+        for collection in _TF1_VARIABLE_COLLECTIONS:
+            if collection in self.meta_graph.collection_def:
+                for raw in self.meta_graph.collection_def[collection].bytes_list.value:
+                    var_def = variable_pb2.VariableDef()
+                    var_def.ParseFromString(raw)
+                    found[var_def.variable_name.split(":")[0]] = var_def
+        return found
+
+    def _read_object_graph(self):
+        key = "_CHECKPOINTABLE_OBJECT_GRAPH"
+        if key not in self.checkpoint.shapes:
+            raise ExportError(f"{self.checkpoint_prefix}: the checkpoint has no "
+                              f"object graph")
+        graph = trackable_object_graph_pb2.TrackableObjectGraph()
+        graph.ParseFromString(self.checkpoint.read(key))
+        return graph
+
+    def signature_keys(self):
+        return sorted(self.loaded.signatures.keys())
+
+    def _signature_function_name(self, key):
+        nodes = self.meta_graph.object_graph_def.nodes
+        for child in nodes[0].children:
+            if child.local_name == "signatures":
+                for sig in nodes[child.node_id].children:
+                    if sig.local_name == key:
+                        return nodes[sig.node_id].bare_concrete_function \
+                            .concrete_function_name
+        raise ExportError(f"signature {key!r} has no function in the object graph")
+
+    def _tf2_locations(self, key):
+        """A location (or None) for each capture of signature `key`, in capture order."""
+        nodes = self.meta_graph.object_graph_def.nodes
+        function = self.meta_graph.object_graph_def.concrete_functions[
+            self._signature_function_name(key)]
+        locations = []
+        for node_id in function.bound_inputs:
+            attrs = [a for a in self._object_graph.nodes[node_id].attributes
+                     if a.name == "VARIABLE_VALUE"]
+            if not attrs:
+                locations.append(None)  # a table, asset or captured constant
+                continue
+            name = nodes[node_id].variable.name or attrs[0].checkpoint_key
+            locations.append(self.checkpoint.location(attrs[0].checkpoint_key, name))
+        return locations
+
+    def tf1_location(self, op_name):
+        """The checkpoint location of TF1 variable `op_name` (a partition maps
+        into its full variable through save_slice_info)."""
+        var_def = self._tf1_variables.get(op_name)
+        if var_def is not None and var_def.HasField("save_slice_info_def"):
+            info = var_def.save_slice_info_def
+            if info.full_name not in self.checkpoint.shapes:
+                raise ExportError(f"the checkpoint has no variable {info.full_name!r} "
+                                  f"(holding partition {op_name!r})")
+            return VariableLocation(op_name, info.full_name, tuple(info.full_shape),
+                                    tuple(info.var_offset), tuple(info.var_shape),
+                                    tf.as_dtype(self.checkpoint.dtypes[info.full_name]))
+        return self.checkpoint.location(op_name)
+
+    def _owner_of(self, handle):
+        if self._trackables is None:
+            self._trackables = list(tf.train.TrackableView(self.loaded).descendants())
+        for trackable in self._trackables:
+            if getattr(trackable, "resource_handle", None) is handle:
+                return trackable
+        return None
+
+    def captures(self, key, function):
+        """[Capture] for every captured input of signature `key`'s function."""
+        captured = list(function.graph.captures)
+        if self.is_tf2:
+            locations = self._tf2_locations(key)
+            if len(locations) != len(captured) and len(set(
+                    (loc.key if loc else None) for loc in locations)) < len(locations):
+                self._refuse_sharded(key, [loc.key for loc in locations if loc])
+            if len(locations) != len(captured):
+                raise ExportError(
+                    f"signature {key!r}: {len(captured)} captures but the object "
+                    f"graph binds {len(locations)}; the SavedModel is inconsistent")
+        else:
+            by_handle = {id(v.handle): v for v in function.variables}
+            locations = [self.tf1_location(by_handle[id(ext)].name.split(":")[0])
+                         if id(ext) in by_handle else None for ext, _ in captured]
+        result = []
+        for (external, internal), location in zip(captured, locations):
+            capture = Capture(internal.op.name, external, location)
+            if location is None and external.dtype == tf.resource:
+                capture.owner = self._owner_of(external)
+                if capture.owner is None:
+                    raise ExportError(f"signature {key!r}: captured resource "
+                                      f"{internal.op.name!r} is neither a variable nor "
+                                      f"owned by a trackable object")
+            result.append(capture)
+        self._check_sharded(key, function, result)
+        return result
+
+    @staticmethod
+    def _check_sharded(key, function, captures):
+        """Refuses the broken ShardedVariable case: several captured shard handles
+        bound to one saved variable (TF itself restores none of the shards right)."""
+        by_key = {}
+        for cap in captures:
+            if cap.location is not None and not cap.location.is_partition:
+                by_key.setdefault(cap.location.key, []).append(cap.placeholder)
+        for ckpt_key, placeholders in by_key.items():
+            if len(placeholders) > 1:
+                SourceModel._refuse_sharded(key, [ckpt_key] * len(placeholders))
+
+    @staticmethod
+    def _refuse_sharded(key, checkpoint_keys):
+        repeated = sorted({k for k in checkpoint_keys if checkpoint_keys.count(k) > 1})
+        raise ExportError(
+            f"signature {key!r} binds several variable shards to the one saved "
+            f"variable {repeated[0]!r}: a ShardedVariable SavedModel saved from a "
+            f"pre-traced concrete function, which TensorFlow itself restores wrongly; "
+            f"re-export it passing the tf.function to tf.saved_model.save")
