@@ -1,24 +1,175 @@
-"""`tfce-export SRC DST --dtype int8|fp16`: the command-line front end."""
+"""`tfce-export SRC DST --dtype int8|fp16`: the command-line front end.
+
+Exit status: 0 when DST is complete (and verified, unless --no-verify);
+1 when the export is refused or fails (one line says why; DST is not
+created); 2 for bad usage; 3 for an internal error.
+"""
 import argparse
+import logging
+import os
 import sys
+import warnings
+
+from export_tools.errors import ExportError
+
+_GIB = float(1 << 30)
 
 
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="tfce-export",
-        description="Rewrite a SavedModel so its FP32 embedding variables are "
-                    "stored as INT8 (+ per-row scales) or FP16.")
-    parser.add_argument("src", help="SavedModel directory to read (never modified)")
-    parser.add_argument("dst", help="directory to write the compressed SavedModel to")
+        description="Rewrite a SavedModel so its FP32 embedding tables are stored as "
+                    "INT8 (+ per-row scales) or FP16, with the same signatures. SRC is "
+                    "never modified; DST appears only when complete and verified.")
+    parser.add_argument("src", metavar="SRC", help="SavedModel directory to read")
+    parser.add_argument("dst", metavar="DST", help="directory to write the compressed "
+                        "SavedModel to")
     parser.add_argument("--dtype", choices=["int8", "fp16"], required=True,
                         help="storage format of the compressed tables")
     parser.add_argument("--ops", choices=["fused", "stock"], default="fused",
-                        help="emit this package's fused ops, or stock TF ops only")
+                        help="'fused': this package's ops (a server built with them); "
+                             "'stock': stock TF ops only, for an unmodified TF Serving "
+                             "(default: %(default)s)")
+    parser.add_argument("--tables", metavar="REGEX",
+                        help="convert only tables whose name or checkpoint key matches "
+                             "(default: every float32 rank-2 variable read only by "
+                             "lookups)")
+    parser.add_argument("--keep", metavar="REGEX",
+                        help="leave matching tables FP32 (e.g. tied weights)")
+    parser.add_argument("--min-rows", type=int, default=1000, metavar="N",
+                        help="leave tables of fewer rows FP32 (default: %(default)s)")
+    parser.add_argument("--signatures", metavar="KEY,...",
+                        help="export only these signatures (default: all)")
+    parser.add_argument("--chunk-rows", type=int, metavar="N",
+                        help="rows encoded per chunk; bounds memory (default: about "
+                             "64 MiB of FP32 rows)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace DST if it exists")
+    parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                        help="run SRC and DST in fresh processes and compare every "
+                             "output (default: on)")
+    parser.add_argument("--examples", metavar="FILE.npz",
+                        help="inputs to verify on, keys 'SIGNATURE/INPUT' (default: "
+                             "generated from the signatures)")
+    parser.add_argument("--report", metavar="FILE.json", help="write a JSON report")
+    parser.add_argument("--quiet", action="store_true", help="no progress, no summary")
     return parser
 
 
+def _quiet_tensorflow():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    warnings.filterwarnings("ignore")
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    try:
+        from absl import logging as absl_logging
+        absl_logging.set_verbosity(absl_logging.ERROR)
+    except ImportError:
+        pass
+
+
+class RichProgress:
+    """Draws the export's progress with rich: a spinner per stage, a bar per table."""
+
+    def __init__(self, console):
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress,
+                                   SpinnerColumn, TextColumn, TimeElapsedColumn)
+        self.console = console
+        self.bars = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                             MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                             transient=True)
+        self._stage = None
+        self._table = None
+
+    def __enter__(self):
+        self.bars.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.bars.__exit__(*exc)
+
+    def stage(self, text):
+        if self._stage is not None:
+            self.bars.update(self._stage, visible=False)
+        self._stage = self.bars.add_task(text, total=None)
+        self.console.log(text)
+
+    def table(self, name, rows):
+        if self._table is not None:
+            self.bars.update(self._table, visible=False)
+        self._table = self.bars.add_task(f"encoding {name}", total=rows)
+
+    def rows_done(self, count):
+        self.bars.advance(self._table, count)
+
+    def warn(self, text):
+        self.console.log(f"[yellow]warning:[/] {text}")
+
+
+def print_summary(console, report):
+    from rich.table import Table
+    tables = Table(title=f"tables → {report.dtype} ({report.ops} ops)")
+    for column in ("table", "rows", "dim", "FP32 MiB", f"{report.dtype} MiB",
+                   "max |err|", "mean |err|", "signatures"):
+        tables.add_column(column, justify="left" if column in ("table", "signatures")
+                          else "right")
+    for t in report.tables:
+        tables.add_row(t.name, f"{t.rows:,}", str(t.dim), f"{t.bytes_before / 2**20:.2f}",
+                       f"{t.bytes_after / 2**20:.2f}", f"{t.max_abs_error:.3g}",
+                       f"{t.mean_abs_error:.3g}", ", ".join(t.signatures))
+    console.print(tables)
+    console.print(f"checkpoint: {report.checkpoint_bytes_before / _GIB:.3f} GiB → "
+                  f"{report.checkpoint_bytes_after / _GIB:.3f} GiB; tables "
+                  f"{report.table_bytes_before / 2**20:.2f} MiB → "
+                  f"{report.table_bytes_after / 2**20:.2f} MiB")
+    for reason in report.kept_fp32:
+        console.print(f"left FP32: {reason}")
+    if report.verified:
+        check = Table(title=f"verification against SRC (tolerance {report.tolerance:.3g})")
+        for column in ("signature", "output", "max |diff|"):
+            check.add_column(column)
+        for sig, outputs in sorted(report.verification.items()):
+            for key, diff in sorted(outputs.items()):
+                check.add_row(sig, key, f"{diff:.3g}")
+        console.print(check)
+        console.print(f"{report.warmup_requests} warmup request(s) in "
+                      f"assets.extra/tf_serving_warmup_requests")
+    else:
+        console.print("[yellow]not verified (--no-verify)[/]")
+
+
 def main(argv=None):
-    build_parser().parse_args(argv)
-    print("tfce-export: the SavedModel rewriter is not implemented in this "
-          "version yet", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    _quiet_tensorflow()
+    from rich.console import Console
+    console = Console(stderr=True)
+    try:
+        from export_tools.compress import Progress, compress_saved_model
+        from export_tools.verify import load_examples
+        examples = load_examples(args.examples) if args.examples else None
+        signatures = args.signatures.split(",") if args.signatures else None
+        kwargs = dict(dtype=args.dtype, ops=args.ops, tables=args.tables, keep=args.keep,
+                      min_rows=args.min_rows, signatures=signatures,
+                      chunk_rows=args.chunk_rows, overwrite=args.overwrite,
+                      verify=args.verify, examples=examples, report=args.report)
+        if args.quiet:
+            report = compress_saved_model(args.src, args.dst, progress=Progress(), **kwargs)
+        else:
+            with RichProgress(console) as progress:
+                report = compress_saved_model(args.src, args.dst, progress=progress,
+                                              **kwargs)
+            print_summary(console, report)
+    except ExportError as e:
+        print(f"tfce-export: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("tfce-export: interrupted; DST was not written", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a bug: one line, not a TF traceback
+        print(f"tfce-export: internal error: {type(e).__name__}: "
+              f"{str(e).strip().splitlines()[0] if str(e).strip() else ''} "
+              f"(DST was not written; set TFCE_EXPORT_TRACEBACK=1 for details)",
+              file=sys.stderr)
+        if os.environ.get("TFCE_EXPORT_TRACEBACK") == "1":
+            raise
+        return 3
+    return 0

@@ -212,14 +212,16 @@ def _denominator_combiner(editor, denominator, scaled, segment_ids):
 
 
 def _reduces_bag_axis(editor, node, specs, gather):
-    rank = _rank(specs, gather.node)
-    if rank != 3 or node.attr["keep_dims"].b:
+    # The gathered rows are [B, L, D] when the ids are [B, L] (the gather's own
+    # shape is unknown: resource placeholders carry no shape).
+    if _rank(specs, gather.ids) != 2 or node.attr["keep_dims"].b:
         return False
     return _is_const(editor, node.input[1], (1, -2))
 
 
-def _rank(specs, name):
-    shape = specs.get(node_name(name), [(None, None)])[0][0]
+def _rank(specs, tensor):
+    shape = specs.get(node_name(tensor), [(None, None)] * (output_index(tensor) + 1))[
+        output_index(tensor)][0]
     return None if shape is None or shape.rank is None else shape.rank
 
 
@@ -231,7 +233,8 @@ def _match_dense(editor, gather, reduce_node, specs, add):
 
 def _match_dense_weighted(editor, gather, mul, pos, specs, add):
     factor = mul.input[1 - pos]
-    shape = specs.get(node_name(factor), [(None, None)])[0][0]
+    shape = specs.get(node_name(factor), [(None, None)] * (output_index(factor) + 1))[
+        output_index(factor)][0]
     if shape is None or shape.rank != 3 or shape[2] != 1:
         return
     reduce_node, _ = _single_consumer(editor, mul.name, ("Sum",))

@@ -1,0 +1,291 @@
+"""export_tools on SavedModels of every source kind, built in the tests.
+
+For each kind, the model is exported int8 and fp16, with fused and stock ops,
+and every export is run in fresh processes through `tf.saved_model.load` and
+the TF1 Session loader (TF Serving's path), against two references run the
+same way: the source itself (within the quantization error) and a copy of the
+source whose tables hold their dequantized values (float rounding level).
+"""
+import collections
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+
+import export_models
+from export_tools import ExportError, compress_saved_model
+from tf_compressed_embedding import quantization
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXPORTABLE = [k for k, b in export_models.BUILDERS.items() if not k.startswith("refuse_")]
+VARIANTS = [(d, o) for d in ("int8", "fp16") for o in ("fused", "stock")]
+# A decoded row differs from FP32 by at most half a step of its format,
+# relative to the row's largest magnitude.
+FORMAT_STEP = {"int8": 1 / 127, "fp16": 2.0 ** -10}
+FUSED_OPS = {"CompressedEmbeddingLookup", "FusedDecodeAxpy"}
+
+
+def tree_digest(path):
+    digest = hashlib.sha256()
+    for root, dirs, files in sorted(os.walk(path)):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            digest.update(os.path.relpath(full, path).encode())
+            digest.update(open(full, "rb").read())
+    return digest.hexdigest()
+
+
+def dequantized_copy(src, dst, table_keys, fmt):
+    """`src` with every checkpoint tensor equal to a converted table replaced
+    by decode(encode(table)): the model the compressed one must reproduce."""
+    shutil.copytree(src, dst)
+    prefix = os.path.join(dst, "variables", "variables")
+    reader = tf.train.load_checkpoint(prefix)
+    # (bytes values, e.g. the object graph, must stay bytes: numpy would strip
+    # their trailing NULs)
+    values = {k: reader.get_tensor(k) for k in reader.get_variable_to_shape_map()}
+    tables = [values[k] for k in table_keys]
+    for key, value in values.items():
+        for table in tables:
+            if isinstance(value, np.ndarray) and value.shape == table.shape \
+                    and np.array_equal(value, table):
+                values[key] = quantization.decode(*quantization.encode(table, fmt), fmt)
+    shutil.rmtree(os.path.join(dst, "variables"))
+    keys = sorted(values)
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=keys, shape_and_slices=[""] * len(keys),
+                      tensors=[tf.constant(values[k]) for k in keys])
+
+
+def run_models(workdir, tag, models, feeds, load_ops):
+    """Runs each model in one fresh process (both loaders); {model: outputs}."""
+    jobs = []
+    for i, model in enumerate(models):
+        jobs.append({"model": model, "out": os.path.join(workdir, f"{tag}_{i}.npz"),
+                     "feeds": {s: {k: {"value": v.tolist(), "dtype": v.dtype.name}
+                                   for k, v in f.items()} for s, f in feeds.items()}})
+    job_file = os.path.join(workdir, f"{tag}.json")
+    json.dump(jobs, open(job_file, "w"))
+    command = [sys.executable, os.path.join(HERE, "saved_model_runner.py"), job_file]
+    done = subprocess.run(command + (["--load-ops"] if load_ops else []),
+                          capture_output=True, text=True, check=True)
+    assert f"tf_compressed_embedding imported: {load_ops}" in done.stdout
+    results = {}
+    for job in jobs:
+        with np.load(job["out"]) as data:
+            results[job["model"]] = {k.replace("|", "/"): data[k] for k in data.files}
+    return results
+
+
+Exported = collections.namedtuple("Exported", "built src_outputs reference reports "
+                                              "outputs paths workdir")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    cache = {}
+
+    def get(kind):
+        if kind not in cache:
+            cache[kind] = _export_all(kind, str(tmp_path_factory.mktemp(kind)))
+        return cache[kind]
+    return get
+
+
+def _export_all(kind, workdir):
+    built = export_models.BUILDERS[kind](os.path.join(workdir, "src"))
+    digest = tree_digest(built.path)
+    reports, paths = {}, {}
+    for dtype, ops in VARIANTS:
+        paths[dtype, ops] = os.path.join(workdir, f"{dtype}_{ops}")
+        reports[dtype, ops] = compress_saved_model(built.path, paths[dtype, ops],
+                                                   dtype=dtype, ops=ops, min_rows=1,
+                                                   verify=False)
+    assert tree_digest(built.path) == digest, "the source was modified"
+    references = {}
+    for dtype in ("int8", "fp16"):
+        keys = [t.checkpoint_key for t in reports[dtype, "fused"].tables]
+        references[dtype] = os.path.join(workdir, f"dequantized_{dtype}")
+        dequantized_copy(built.path, references[dtype], keys, dtype)
+    plain = run_models(workdir, "plain", [built.path] + list(references.values()),
+                       built.examples, load_ops=False)
+    stock = run_models(workdir, "stock", [paths[d, "stock"] for d in ("int8", "fp16")],
+                       built.examples, load_ops=False)
+    fused = run_models(workdir, "fused", [paths[d, "fused"] for d in ("int8", "fp16")],
+                       built.examples, load_ops=True)
+    outputs = {v: {**stock, **fused}[paths[v]] for v in VARIANTS}
+    reference = {d: plain[references[d]] for d in references}
+    return Exported(built, plain[built.path], reference, reports, outputs, paths, workdir)
+
+
+def _no_errors(results):
+    errors = [str(v) for k, v in results.items() if k.startswith("error")]
+    assert not errors, errors
+
+
+def _compare(got, want, relative):
+    """Both loaders' outputs in `got` against the `tf.saved_model.load`
+    outputs in `want` (some sources, e.g. Keras saved with
+    tf.saved_model.save, do not load in the TF1 loader; their exports do)."""
+    _no_errors(got)
+    assert "error_tf2" not in want, str(want.get("error_tf2"))
+    want = {k[len("tf2/"):]: v for k, v in want.items() if k.startswith("tf2/")}
+    assert sorted(got) == sorted(f"{loader}/{k}" for loader in ("tf1", "tf2") for k in want)
+    tolerance = relative * max(1.0, max(float(np.abs(v).max()) for v in want.values()
+                                        if v.size))
+    for key, value in got.items():
+        np.testing.assert_allclose(value, want[key.split("/", 1)[1]], rtol=0,
+                                   atol=tolerance, err_msg=key)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(v))
+@pytest.mark.parametrize("kind", EXPORTABLE)
+def test_matches_dequantized_source(exported, kind, variant):
+    """Both loaders give the dequantized source's outputs, to float rounding."""
+    e = exported(kind)
+    _compare(e.outputs[variant], e.reference[variant[0]], 1e-5)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(v))
+@pytest.mark.parametrize("kind", EXPORTABLE)
+def test_within_quantization_error_of_source(exported, kind, variant):
+    e = exported(kind)
+    _compare(e.outputs[variant], e.src_outputs, 4 * FORMAT_STEP[variant[0]])
+
+
+@pytest.mark.parametrize("kind", EXPORTABLE)
+def test_converts_exactly_the_expected_tables(exported, kind):
+    e = exported(kind)
+    for report in e.reports.values():
+        names = {t.name for t in report.tables}
+        # A TF1 partition 'x/part_i' is a piece of the partitioned variable 'x'.
+        wholes = {n.rsplit("/part_", 1)[0] for n in names}
+        assert wholes == set(e.built.tables)
+        for t in report.tables:
+            rows, dim = e.built.tables[t.name.rsplit("/part_", 1)[0]]
+            assert t.dim == dim and t.rows <= rows
+        for whole, (rows, _) in e.built.tables.items():
+            assert sum(t.rows for t in report.tables
+                       if t.name.rsplit("/part_", 1)[0] == whole) == rows
+
+
+def _meta_graph(path):
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString(open(os.path.join(path, "saved_model.pb"), "rb").read())
+    return saved.meta_graphs[0]
+
+
+def _signature_summary(path):
+    meta = _meta_graph(path)
+
+    def tensors(infos):
+        return {k: (v.dtype, [d.size for d in v.tensor_shape.dim],
+                    v.tensor_shape.unknown_rank) for k, v in infos.items()}
+    return {k: (s.method_name, tensors(s.inputs), tensors(s.outputs))
+            for k, s in meta.signature_def.items() if not k.startswith("__")}
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(v))
+@pytest.mark.parametrize("kind", EXPORTABLE)
+def test_signatures_identical(exported, kind, variant):
+    e = exported(kind)
+    assert _signature_summary(e.paths[variant]) == _signature_summary(e.built.path)
+    assert "serve" in _meta_graph(e.paths[variant]).meta_info_def.tags
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(v))
+@pytest.mark.parametrize("kind", EXPORTABLE)
+def test_checkpoint_holds_compressed_tables_only(exported, kind, variant):
+    """Each table is int8 [V, D] + float32 [V] (or fp16 [V, D]) in the
+    checkpoint; no float32 copy of any table is left; the ops are as asked."""
+    e = exported(kind)
+    dtype, ops = variant
+    reader = tf.train.load_checkpoint(os.path.join(e.paths[variant], "variables",
+                                                   "variables"))
+    shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    found = collections.Counter((tuple(shapes[k]), dtypes[k]) for k in shapes)
+    report = e.reports[variant]
+    for t in report.tables:
+        storage = tf.int8 if dtype == "int8" else tf.float16
+        assert found[(t.rows, t.dim), storage] >= 1
+        if dtype == "int8":
+            assert found[(t.rows,), tf.float32] >= 1
+        assert found[(t.rows, t.dim), tf.float32] == 0, f"FP32 copy of {t.name}"
+    meta = _meta_graph(e.paths[variant])
+    ops_used = {n.op for f in meta.graph_def.library.function for n in f.node_def}
+    if ops == "stock":
+        assert not ops_used & FUSED_OPS
+    else:
+        assert "CompressedEmbeddingLookup" in ops_used or "FusedDecodeAxpy" in ops_used
+    const_shapes = {tuple(d.size for d in n.attr["value"].tensor.tensor_shape.dim)
+                    for f in meta.graph_def.library.function for n in f.node_def
+                    if n.op == "Const"}
+    assert not const_shapes & {(t.rows, t.dim) for t in report.tables}, \
+        "a table became a graph constant"
+
+
+def test_pooled_lookups_become_fused_decode_axpy(exported):
+    """Every pooled form in module_lookups is one FusedDecodeAxpy, and no
+    stock segment reduction is left on the compressed rows."""
+    e = exported("module_lookups")
+    meta = _meta_graph(e.paths["int8", "fused"])
+    counts = collections.Counter(n.op for f in meta.graph_def.library.function
+                                 for n in f.node_def)
+    # sum/mean/sqrtn unweighted and weighted, dense mean and sum, and the
+    # safe_embedding_lookup_sparse inner lookup.
+    assert counts["FusedDecodeAxpy"] == 9
+    assert counts["SparseSegmentSum"] == counts["SparseSegmentMean"] == 0
+    assert counts["SegmentSum"] == counts["SparseSegmentSqrtN"] == 0
+
+
+def test_fused_export_needs_the_ops_and_stock_does_not(exported, tmp_path):
+    e = exported("module_lookups")
+    results = run_models(str(tmp_path), "no_ops",
+                         [e.paths["int8", "fused"], e.paths["int8", "stock"]],
+                         e.built.examples, load_ops=False)
+    fused = results[e.paths["int8", "fused"]]
+    for loader in ("tf1", "tf2"):
+        assert "Op type not registered" in str(fused[f"error_{loader}"])
+    _no_errors(results[e.paths["int8", "stock"]])
+
+
+def test_assets_and_extra_assets_carried_over(exported):
+    e = exported("module_hash_table")
+    for path in e.paths.values():
+        assert sorted(os.listdir(os.path.join(path, "assets"))) == sorted(
+            os.listdir(os.path.join(e.built.path, "assets")))
+        for name in os.listdir(os.path.join(e.built.path, "assets.extra")):
+            assert open(os.path.join(path, "assets.extra", name), "rb").read() == open(
+                os.path.join(e.built.path, "assets.extra", name), "rb").read()
+
+
+@pytest.mark.parametrize("kind", [k for k in export_models.BUILDERS if k.startswith("refuse_")])
+def test_refusals(kind, tmp_path):
+    built = export_models.BUILDERS[kind](str(tmp_path / "src"))
+    digest = tree_digest(built.path)
+    dtype = "fp16" if kind == "refuse_fp16_overflow" else "int8"
+    with pytest.raises(ExportError, match=built.refusal):
+        compress_saved_model(built.path, str(tmp_path / "dst"), dtype=dtype, min_rows=1)
+    assert sorted(os.listdir(tmp_path)) == ["src"], "a partial output was left behind"
+    assert tree_digest(built.path) == digest
+
+
+def test_fp16_overflow_table_converts_to_int8(tmp_path):
+    built = export_models.build_refuse_fp16_overflow(str(tmp_path / "src"))
+    report = compress_saved_model(built.path, str(tmp_path / "dst"), dtype="int8",
+                                  min_rows=1)
+    assert report.verified and [t.name for t in report.tables] == list(built.tables)
+
+
+def test_tied_table_kept_fp32_when_named(tmp_path):
+    built = export_models.build_refuse_tied(str(tmp_path / "src"))
+    with pytest.raises(ExportError, match="no table to compress"):
+        compress_saved_model(built.path, str(tmp_path / "dst"), min_rows=1, keep="^emb$")
+    assert not os.path.exists(tmp_path / "dst")
