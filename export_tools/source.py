@@ -6,6 +6,7 @@ is ever held in memory whole; values are read from the checkpoint on demand.
 """
 import dataclasses
 import os
+import re
 
 import tensorflow as tf
 from tensorflow.core.framework import variable_pb2
@@ -118,8 +119,12 @@ class SourceModel:
             if not attrs:
                 locations.append(None)  # a table, asset or captured constant
                 continue
-            name = nodes[node_id].variable.name or attrs[0].checkpoint_key
-            locations.append(self.checkpoint.location(attrs[0].checkpoint_key, name))
+            key = attrs[0].checkpoint_key
+            name = nodes[node_id].variable.name
+            if not name or re.fullmatch(r"Variable(_\d+)?", name):
+                # An unnamed tf.Variable: its object path says more.
+                name = key.split("/.ATTRIBUTES/")[0]
+            locations.append(self.checkpoint.location(key, name))
         return locations
 
     def tf1_location(self, op_name):
