@@ -108,14 +108,18 @@ class RichProgress:
 def print_summary(console, report):
     from rich.table import Table
     tables = Table(title=f"tables → {report.dtype} ({report.ops} ops)")
-    for column in ("table", "rows", "dim", "FP32 MiB", f"{report.dtype} MiB",
-                   "max |err|", "mean |err|", "signatures"):
+    several = len(report.verification) > 1 or len(
+        {s for t in report.tables for s in t.signatures}) > 1
+    columns = ["table", "rows", "dim", "FP32 MiB", f"{report.dtype} MiB", "max |err|",
+               "mean |err|"] + (["signatures"] if several else [])
+    for column in columns:
         tables.add_column(column, justify="left" if column in ("table", "signatures")
                           else "right")
     for t in report.tables:
         tables.add_row(t.name, f"{t.rows:,}", str(t.dim), f"{t.bytes_before / 2**20:.2f}",
                        f"{t.bytes_after / 2**20:.2f}", f"{t.max_abs_error:.3g}",
-                       f"{t.mean_abs_error:.3g}", ", ".join(t.signatures))
+                       f"{t.mean_abs_error:.3g}",
+                       *([", ".join(t.signatures)] if several else []))
     console.print(tables)
     console.print(f"checkpoint: {report.checkpoint_bytes_before / _GIB:.3f} GiB → "
                   f"{report.checkpoint_bytes_after / _GIB:.3f} GiB; tables "

@@ -1,106 +1,118 @@
-"""The demo: a recommender-sized embedding table, compressed INT8 and FP16,
-looked up and pooled with the fused ops next to TF's stock FP32 ops.
+"""The main job on a built-in demo model.
 
-Prints table sizes, the error against FP32 and per-batch latencies (medians
-of repeated runs, measured side by side in this process).
+Builds a DLRM-style ranking model (8 multi-valued sparse features, tables of
+10k-500k rows, an MLP) as an FP32 SavedModel, exports it with `tfce-export`'s
+library INT8 and FP16 with the fused ops, and INT8 with stock TF ops only;
+every export is verified in fresh processes. Then serves one request stream
+(batches of 256 candidates) through all four SavedModels in this process and
+prints sizes, errors against FP32 and latencies (medians, measured side by
+side in one run).
 
-    python tools/demo.py [--rows 500000] [--dim 16] [--bags 512] [--ids-per-bag 20]
+    python tools/demo.py [--workdir DIR] [--batch 256] [--repeats 7]
 """
 import argparse
 import os
+import shutil
+import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+import recommender_model  # noqa: E402
 import tf_compressed_embedding as tfce  # noqa: E402
+from export_tools import compress_saved_model  # noqa: E402
+from export_tools.cli import RichProgress, print_summary  # noqa: E402
+from export_tools.report import directory_bytes  # noqa: E402
+
+VARIANTS = [("int8", "fused"), ("fp16", "fused"), ("int8", "stock")]
 
 
-def median_ms(fn, repeats, inner):
-    fn()  # trace / warm up
+def median_ms(fn, feeds, repeats):
+    fn(**feeds[0])  # warm up
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - start) / inner)
+        for feed in feeds:
+            fn(**feed)
+        times.append((time.perf_counter() - start) / len(feeds))
     return 1e3 * float(np.median(times))
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=500_000)
-    parser.add_argument("--dim", type=int, default=16)
-    parser.add_argument("--bags", type=int, default=512)
-    parser.add_argument("--ids-per-bag", type=int, default=20)
+    parser.add_argument("--workdir", help="keep the SavedModels here (default: a "
+                                          "temporary directory, removed at the end)")
+    parser.add_argument("--batch", type=int, default=256, help="candidates per request")
+    parser.add_argument("--requests", type=int, default=20, help="requests per repeat")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
     console = Console()
+    workdir = args.workdir or tempfile.mkdtemp(prefix="tfce-demo-")
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        run(args, console, workdir)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
 
-    rng = np.random.default_rng(0)
-    with console.status("building the demo table"):
-        table = rng.standard_normal((args.rows, args.dim), np.float32) * 0.05
-        fp32 = tf.Variable(table, trainable=False)
-    with console.status("quantizing INT8 and FP16"):
-        compressed = {fmt: tfce.quantize(table, fmt) for fmt in ("int8", "fp16")}
 
-    n = args.bags * args.ids_per_bag
-    ids = tf.constant(rng.integers(0, args.rows, n), tf.int64)
-    segment_ids = tf.constant(np.repeat(np.arange(args.bags), args.ids_per_bag),
-                              tf.int64)
-    weights = tf.constant(rng.uniform(0.5, 1.5, n).astype(np.float32))
-    sp_ids = tf.SparseTensor(
-        tf.stack([segment_ids, tf.tile(tf.range(args.ids_per_bag, dtype=tf.int64),
-                                       [args.bags])], 1), ids,
-        [args.bags, args.ids_per_bag])
-    sp_weights = tf.SparseTensor(sp_ids.indices, weights, sp_ids.dense_shape)
+def run(args, console, workdir):
+    features = recommender_model.demo_features()
+    fp32_path = os.path.join(workdir, "fp32")
+    with console.status("building the FP32 demo model"):
+        shutil.rmtree(fp32_path, ignore_errors=True)
+        recommender_model.save(recommender_model.RankingModel(features), fp32_path)
+    rows = sum(f.rows for f in features)
+    console.print(f"FP32 model: {len(features)} sparse features, {rows:,} embedding rows, "
+                  f"{directory_bytes(fp32_path) / 2**20:.1f} MiB on disk → {fp32_path}")
 
-    @tf.function
-    def stock_pool():
-        return tf.nn.embedding_lookup_sparse(fp32, sp_ids, sp_weights, "mean")
+    paths, reports = {"fp32": fp32_path}, {}
+    for dtype, ops in VARIANTS:
+        name = f"{dtype} {ops}"
+        paths[name] = os.path.join(workdir, f"{dtype}_{ops}")
+        console.rule(f"tfce-export {fp32_path} {paths[name]} --dtype {dtype} --ops {ops}")
+        with RichProgress(console) as progress:
+            reports[name] = compress_saved_model(fp32_path, paths[name], dtype=dtype,
+                                                 ops=ops, overwrite=True,
+                                                 progress=progress)
+        print_summary(console, reports[name])
 
-    @tf.function
-    def stock_gather():
-        return tf.gather(fp32, ids)
-
-    def fused_pool(ct):
-        return tf.function(lambda: tfce.fused_decode_axpy(
-            ct, ids, segment_ids, weights, "mean", args.bags))
-
-    def lookup(ct):
-        return tf.function(lambda: tfce.compressed_embedding_lookup(ct, ids))
-
-    want_pool, want_rows = stock_pool().numpy(), stock_gather().numpy()
-    report = Table(title=f"table {args.rows:,} x {args.dim}, batch of "
-                         f"{args.bags} bags x {args.ids_per_bag} ids "
-                         f"(ops on the '{tfce.active_isa()}' kernels)")
-    for col in ("format", "MiB", "size", "pool err", "lookup err",
-                "pool ms", "lookup ms"):
-        report.add_column(col, justify="right")
-    runs = {"fp32 tf.nn": (stock_pool, stock_gather, table.nbytes)}
-    runs.update({f"{fmt} tfce": (fused_pool(ct), lookup(ct), ct.nbytes)
-                 for fmt, ct in compressed.items()})
-    inner = max(1, 2000 // max(1, args.bags * args.ids_per_bag // 1000))
-    for name, (pool_fn, lookup_fn, nbytes) in runs.items():
-        pool_err = np.abs(pool_fn().numpy() - want_pool).max()
-        rows_err = np.abs(lookup_fn().numpy() - want_rows).max()
-        report.add_row(
-            name, f"{nbytes / 2**20:.1f}", f"{nbytes / table.nbytes:.2f}x",
-            f"{pool_err:.2e}", f"{rows_err:.2e}",
-            f"{median_ms(pool_fn, args.repeats, min(inner, 50)):.3f}",
-            f"{median_ms(lookup_fn, args.repeats, min(inner, 50)):.3f}")
-    console.print(report)
-    console.print("err: max |output - FP32 output|; pool: weighted mean of "
-                  "each bag (FusedDecodeAxpy vs tf.nn.embedding_lookup_sparse)"
-                  "; lookup: gather only (CompressedEmbeddingLookup vs "
-                  "tf.gather).")
-    console.print("Latencies are medians of per-call times, side by side in "
-                  "this process; the machine is shared, so treat differences "
-                  "under ~20% as noise.")
+    feeds = [{k: tf.constant(v) for k, v in feed.items()}
+             for feed in recommender_model.requests(features, args.batch, args.requests)]
+    models = {name: tf.saved_model.load(path).signatures["serving_default"]
+              for name, path in paths.items()}
+    want = models["fp32"](**feeds[0])["score"].numpy()
+    timings = {name: [] for name in models}
+    with console.status("serving requests through every model, side by side"):
+        for _ in range(args.repeats):  # interleaved, so noise hits all alike
+            for name, fn in models.items():
+                timings[name].append(median_ms(fn, feeds, 1))
+    base = float(np.median(timings["fp32"]))
+    table = Table(title=f"demo model, requests of {args.batch} candidates "
+                        f"(fused ops on the '{tfce.active_isa()}' kernels)")
+    for column in ("model", "checkpoint MiB", "tables MiB", "max |score - FP32|",
+                   "p50 ms / request", "vs FP32"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    fp32_tables = next(iter(reports.values())).table_bytes_before
+    for name, fn in models.items():
+        report = reports.get(name)
+        diff = float(np.abs(fn(**feeds[0])["score"].numpy() - want).max())
+        ms = float(np.median(timings[name]))
+        table.add_row(name, f"{directory_bytes(os.path.join(paths[name], 'variables')) / 2**20:.1f}",
+                      f"{(report.table_bytes_after if report else fp32_tables) / 2**20:.1f}",
+                      f"{diff:.2e}", f"{ms:.2f}", f"{ms / base:.2f}x")
+    console.print(table)
+    console.print("Latency: median over repeats of the mean per-request time; models run "
+                  "interleaved in one process. The machine is shared: treat differences "
+                  "under ~10% as noise. Model directories: " + workdir)
 
 
 if __name__ == "__main__":

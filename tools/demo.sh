@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job on the built-in demo table: set up, build, compress INT8 and
-# FP16, run both ops, print sizes, errors and latencies.
+# The main job on the built-in demo model: set up, build it, export it INT8 and
+# FP16 (fused and stock ops), verify, print sizes, errors and latencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
