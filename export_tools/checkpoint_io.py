@@ -7,6 +7,9 @@ bundle's data file: the index (a LevelDB-format table of `BundleEntryProto`)
 gives each tensor's shard, offset and size, and a row chunk is a contiguous
 byte range of it. Tensors stored as slices (TF1 partitioned variables) are
 read through `RestoreV2`, one stored slice at a time.
+
+Writing streams too (`StreamingBundleWriter`): each tensor is appended chunk
+by chunk and stored whole.
 """
 import ctypes
 import dataclasses
@@ -181,19 +184,24 @@ class CheckpointReader:
             dtypes=[loc.dtype])[0].numpy()
 
 
-class SliceWriter:
-    """Writes row slices of tensors into one checkpoint bundle as they come
-    (TF's BundleWriter through `_bundle_writer.so`): memory is one slice.
+class StreamingBundleWriter:
+    """Writes a checkpoint bundle whose tensors arrive in row chunks, each
+    stored whole (`_bundle_writer.so`, over TF's table and crc32c code).
 
-    SaveV2 cannot do this: one call writes one bundle, and bundles holding
-    slices of the same key cannot be merged.
+    Tensors streamed at the same time go to different data shards (e.g. a
+    table's data to shard 0, its scales to shard 1); one tensor per shard is
+    open at a time. Memory is one chunk, whatever the tensor size.
     """
 
     _library = None
 
-    def __init__(self, prefix):
+    def __init__(self, prefix, num_shards):
         self.prefix = prefix
-        self._handle = self._lib().tfce_bundle_open(prefix.encode())
+        error = ctypes.create_string_buffer(1024)
+        self._handle = self._lib().tfce_bundle_open(prefix.encode(), num_shards, error,
+                                                    len(error))
+        if not self._handle:
+            raise ExportError(f"cannot write {prefix}: {error.value.decode()}")
 
     @classmethod
     def _lib(cls):
@@ -203,39 +211,53 @@ class SliceWriter:
             if not os.path.exists(path):
                 raise ExportError(f"{path} is missing: build the package "
                                   f"(pip install --no-build-isolation -e .)")
-            tf.sysconfig.get_lib()  # TF's libraries are loaded before ours
-            lib = ctypes.CDLL(path)
+            lib = ctypes.CDLL(path)  # TF's libraries are loaded already (import tf)
+            err = [ctypes.c_char_p, ctypes.c_size_t]
             lib.tfce_bundle_open.restype = ctypes.c_void_p
-            lib.tfce_bundle_open.argtypes = [ctypes.c_char_p]
-            lib.tfce_bundle_add_rows.restype = ctypes.c_int
-            lib.tfce_bundle_add_rows.argtypes = [
-                ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int,
-                ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_int64,
-                ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
-            lib.tfce_bundle_finish.restype = ctypes.c_int
-            lib.tfce_bundle_finish.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
-                                               ctypes.c_size_t]
+            lib.tfce_bundle_open.argtypes = [ctypes.c_char_p, ctypes.c_int] + err
+            lib.tfce_bundle_begin.argtypes = [
+                ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int,
+                ctypes.POINTER(ctypes.c_int64)] + err
+            lib.tfce_bundle_append.argtypes = [ctypes.c_void_p, ctypes.c_int,
+                                               ctypes.c_void_p, ctypes.c_size_t] + err
+            lib.tfce_bundle_end.argtypes = [ctypes.c_void_p, ctypes.c_int] + err
+            lib.tfce_bundle_finish.argtypes = [ctypes.c_void_p] + err
             cls._library = lib
         return cls._library
 
-    def add_rows(self, key, full_shape, row_start, value):
-        """Writes `value` as rows [row_start, row_start + len(value)) of `key`."""
-        value = np.ascontiguousarray(value)
-        dims = (ctypes.c_int64 * len(full_shape))(*full_shape)
+    def _call(self, what, function, *args):
         error = ctypes.create_string_buffer(1024)
-        if self._lib().tfce_bundle_add_rows(
-                self._handle, key.encode(), tf.as_dtype(value.dtype).as_datatype_enum,
-                len(full_shape), dims, row_start, len(value),
-                value.ctypes.data_as(ctypes.c_void_p), value.nbytes, error, len(error)):
-            raise ExportError(f"writing {key!r} rows {row_start}..{row_start + len(value)} "
-                              f"to {self.prefix}: {error.value.decode()}")
+        if function(self._handle, *args, error, len(error)):
+            raise ExportError(f"writing {what} to {self.prefix}: {error.value.decode()}")
+
+    def begin(self, shard, key, dtype, shape):
+        """Starts tensor `key` of `shape` and numpy `dtype` in data shard `shard`."""
+        dims = (ctypes.c_int64 * len(shape))(*shape)
+        self._call(repr(key), self._lib().tfce_bundle_begin, shard, key.encode(),
+                   tf.as_dtype(np.dtype(dtype)).as_datatype_enum, len(shape), dims)
+
+    def append(self, shard, value):
+        """Appends rows (a C-order array) to the open tensor of `shard`."""
+        value = np.ascontiguousarray(value)
+        self._call(f"shard {shard}", self._lib().tfce_bundle_append, shard,
+                   value.ctypes.data_as(ctypes.c_void_p), value.nbytes)
+
+    def end(self, shard):
+        """Ends the open tensor of `shard` (all its rows must be appended)."""
+        self._call(f"shard {shard}", self._lib().tfce_bundle_end, shard)
 
     def finish(self):
-        """Writes the index; the writer cannot be used afterwards."""
-        error = ctypes.create_string_buffer(1024)
+        """Writes the index; frees the writer, also when raising."""
         handle, self._handle = self._handle, None
+        error = ctypes.create_string_buffer(1024)
         if self._lib().tfce_bundle_finish(handle, error, len(error)):
             raise ExportError(f"writing {self.prefix}: {error.value.decode()}")
+
+    def abort(self):
+        """Frees the writer after a failure (what it wrote is left to delete)."""
+        if self._handle:
+            handle, self._handle = self._handle, None
+            self._lib().tfce_bundle_finish(handle, None, 0)
 
 
 def save_whole(prefix, keys, values):

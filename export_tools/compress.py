@@ -11,12 +11,12 @@
 Nothing is ever written to the source, and a failure leaves no destination.
 """
 import dataclasses
-import itertools
 import os
 import re
 import shutil
 import tempfile
 
+import numpy as np
 import tensorflow as tf
 
 from export_tools import output_model, verify as verification, warmup
@@ -244,12 +244,11 @@ def _write(source, analyses, chosen, dtype, ops, chunk_rows, out, progress, resu
         table_report = new_report(chosen[uid].location, dtype)
         table_report.signatures = sorted(chosen[uid].placeholders)
         result.tables.append(table_report)
-        streams.append(_table_slices(source, chosen[uid].location, variables, index,
+        streams.append(_table_stream(source, chosen[uid].location, variables, index,
                                      dtype, chunk_rows, table_report, full_shapes,
                                      progress))
-    streamed_keys = {key for key, _ in full_shapes.values()}
     progress.stage("writing the compressed checkpoint")
-    output_model.rebuild_checkpoint(out, streamed_keys, itertools.chain(*streams))
+    output_model.rebuild_checkpoint(out, streams)
     output_model.patch_meta_graph(
         out, {name: shape for name, (_, shape) in full_shapes.items()},
         {k: d.method_name for k, d in source.signature_defs.items()}, source.tags)
@@ -260,28 +259,28 @@ def _variable_name(variable):
     return variable.name.split(":")[0]
 
 
-def _table_slices(source, loc, variables, index, dtype, chunk_rows, table_report,
+def _table_stream(source, loc, variables, index, dtype, chunk_rows, table_report,
                   full_shapes, progress):
-    """Registers one table's streamed variables in `full_shapes` and returns
-    its checkpoint slices (data and scales, encoded in one pass)."""
+    """Registers one table's variables in `full_shapes`; returns the stream of
+    its encoded chunks (data and scales from one pass over the source)."""
     rows, dim = loc.shape
-    data_key = output_model.variable_key(f"compressed_tables/{index}/data")
-    full_shapes[_variable_name(variables.data)] = (data_key, (rows, dim))
-    scales_key = None
+    storage = quantization.storage_dtype(dtype)
+    tensors = [(output_model.variable_key(f"compressed_tables/{index}/data"), (rows, dim),
+                storage)]
+    full_shapes[_variable_name(variables.data)] = tensors[0][:2]
     if variables.scales is not None:
-        scales_key = output_model.variable_key(f"compressed_tables/{index}/scales")
-        full_shapes[_variable_name(variables.scales)] = (scales_key, (rows,))
+        tensors.append((output_model.variable_key(f"compressed_tables/{index}/scales"),
+                        (rows,), np.float32))
+        full_shapes[_variable_name(variables.scales)] = tensors[1][:2]
     rows_per_chunk = chunk_rows or max(1, DEFAULT_CHUNK_BYTES // max(1, 4 * dim))
 
-    def slices():
+    def chunks():
         progress.table(loc.name, rows)
-        for start, data, scales in encoded_chunks(source.checkpoint, loc, dtype,
-                                                  rows_per_chunk, table_report,
-                                                  progress.rows_done):
-            yield data_key, (rows, dim), start, data
-            if scales_key:
-                yield scales_key, (rows,), start, scales
-    return slices()
+        for _, data, scales in encoded_chunks(source.checkpoint, loc, dtype,
+                                              rows_per_chunk, table_report,
+                                              progress.rows_done):
+            yield (data, scales) if len(tensors) == 2 else (data,)
+    return output_model.Stream(tensors, chunks())
 
 
 def _kept_variable(source, location, index, streams, full_shapes):
@@ -295,9 +294,10 @@ def _kept_variable(source, location, index, streams, full_shapes):
     full_shapes[_variable_name(variable)] = (key, location.shape)
     rows = location.shape[0]
     step = max(1, _SMALL_VARIABLE_BYTES // max(1, location.nbytes // rows))
-    streams.append((key, location.shape, s,
-                    source.checkpoint.read_rows(location, s, min(step, rows - s)))
-                   for s in range(0, rows, step))
+    streams.append(output_model.Stream(
+        [(key, location.shape, location.dtype.as_numpy_dtype)],
+        ((source.checkpoint.read_rows(location, s, min(step, rows - s)),)
+         for s in range(0, rows, step))))
     return variable
 
 

@@ -7,11 +7,14 @@ A table is a resource placeholder of the inlined graph. Its uses are:
   `SparseSegment{Sum,Mean,SqrtN}[WithNumSegments]` (unweighted
   `embedding_lookup_sparse`, also straight on the read), the weighted
   `SegmentSum(rows * w)` chain with its `DivNoNan` for mean and sqrtn, and
-  dense bags `Mean`/`Sum` over axis 1 of a `[B, L, D]` gather (optionally
-  weighted by a `[B, L, 1]` factor, as Keras' masked pooling does).
+  dense bags `Mean`/`Sum` over axis 1 of a `[B, L, D]` gather, optionally
+  weighted by a `[B, L, 1]` factor or masked by a `[B, L, 1]` `SelectV2`
+  (Keras' masked pooling).
 Anything else is an unsupported use, reported with the node at fault.
 """
 import dataclasses
+
+import numpy as np
 
 from export_tools.graph_edit import CONTROL_FLOW_OPS, node_name, output_index
 
@@ -168,6 +171,9 @@ def match_pooled(editor, uses, specs):
                 _match_dense_weighted(editor, gather, node, pos, specs, add)
             elif node.op in ("Mean", "Sum"):
                 _match_dense(editor, gather, node, specs, add)
+        for node, pos in editor.data_consumers(gather.node):
+            if node.op == "SelectV2" and pos == 1:
+                _match_dense_masked(editor, gather, node, specs, add)
 
 
 def _match_weighted(editor, rows, ids, add, mul=None):
@@ -231,13 +237,30 @@ def _match_dense(editor, gather, reduce_node, specs, add):
                    "mean" if reduce_node.op == "Mean" else "sum"))
 
 
+def _is_bag_factor(specs, tensor):
+    """A `[B, L, 1]` tensor: one factor per id of a `[B, L]` bag."""
+    shape = specs.get(node_name(tensor), [(None, None)] * (output_index(tensor) + 1))[
+        output_index(tensor)][0]
+    return shape is not None and shape.rank == 3 and shape[2] == 1
+
+
 def _match_dense_weighted(editor, gather, mul, pos, specs, add):
     factor = mul.input[1 - pos]
-    shape = specs.get(node_name(factor), [(None, None)] * (output_index(factor) + 1))[
-        output_index(factor)][0]
-    if shape is None or shape.rank != 3 or shape[2] != 1:
+    if not _is_bag_factor(specs, factor):
         return
     reduce_node, _ = _single_consumer(editor, mul.name, ("Sum",))
     if reduce_node is not None and _reduces_bag_axis(editor, reduce_node, specs, gather):
         add(Pooled(reduce_node.name, gather.ids, "sum", weights=factor,
+                   dense_weights_3d=True))
+
+
+def _match_dense_masked(editor, gather, select, specs, add):
+    """Keras' masked pooling: Sum(SelectV2(mask [B, L, 1], rows, 0), axis=1) is
+    a weighted sum with weights cast(mask)."""
+    zero = editor.const_value(select.input[2])
+    if zero is None or np.any(zero != 0) or not _is_bag_factor(specs, select.input[0]):
+        return
+    reduce_node, _ = _single_consumer(editor, select.name, ("Sum",))
+    if reduce_node is not None and _reduces_bag_axis(editor, reduce_node, specs, gather):
+        add(Pooled(reduce_node.name, gather.ids, "sum", weights=select.input[0],
                    dense_weights_3d=True))

@@ -4,11 +4,12 @@ The new `tf.Module` owns the compressed tables, the variables kept as they
 were, and the pass-through resources (lookup tables with their assets). Its
 signature functions import the rewritten graphs. Large variables are declared
 with zero rows (`shape=[None, ...]`) so saving is instant; their values are
-then streamed into the checkpoint as slices, and the checkpoint is merged, so
-no table is ever whole in memory. The MetaGraph is finally patched so the
+then streamed into the checkpoint chunk by chunk, so no table is ever whole in
+memory. The MetaGraph is finally patched so the
 variables show their full shapes and the signatures their original method
 names and tags.
 """
+import dataclasses
 import os
 import shutil
 
@@ -96,29 +97,47 @@ def variable_key(path):
     return path + _VALUE_SUFFIX
 
 
-def rebuild_checkpoint(path, streamed_keys, slices):
+@dataclasses.dataclass
+class Stream:
+    """Tensors written together: `tensors` is [(checkpoint key, shape, numpy
+    dtype)]; `chunks` yields, per row chunk, one array for each tensor."""
+    tensors: list
+    chunks: object
+
+
+def rebuild_checkpoint(path, streams):
     """Rewrites `path/variables` with the streamed variables filled in.
 
-    `slices` yields (checkpoint key, full shape, row_start, value) for the keys
-    in `streamed_keys`; they go into one bundle as they come, the other
-    variables into another, and the two are merged (data files moved).
+    The saved checkpoint holds them with zero rows; it is rewritten as two
+    bundles merged into one (data files moved, not copied): the other
+    variables as saved, and the streamed ones, chunk by chunk.
     """
     prefix = os.path.join(path, "variables", "variables")
     small = checkpoint_io.CheckpointReader(prefix)
-    missing = sorted(set(streamed_keys) - set(small.shapes))
+    streamed = {key for stream in streams for key, _, _ in stream.tensors}
+    missing = sorted(streamed - set(small.shapes))
     if missing:
         raise ExportError(f"internal: the saved model has no variable {missing[0]!r}")
     build = os.path.join(path, "variables_build")
     os.makedirs(build)
-    kept = [k for k in small.shapes if k not in streamed_keys]
+    kept = [k for k in small.shapes if k not in streamed]
     bundles = [os.path.join(build, "kept"), os.path.join(build, "streamed")]
     checkpoint_io.save_whole(bundles[0], kept, [small.read(k) for k in kept])
-    writer = checkpoint_io.SliceWriter(bundles[1])
+    writer = checkpoint_io.StreamingBundleWriter(
+        bundles[1], max((len(s.tensors) for s in streams), default=1))
     try:
-        for key, full_shape, row_start, value in slices:
-            writer.add_rows(key, full_shape, row_start, value)
-    finally:
-        writer.finish()
+        for stream in streams:
+            for shard, (key, shape, dtype) in enumerate(stream.tensors):
+                writer.begin(shard, key, dtype, shape)
+            for arrays in stream.chunks:
+                for shard, array in enumerate(arrays):
+                    writer.append(shard, array)
+            for shard in range(len(stream.tensors)):
+                writer.end(shard)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.finish()
     shutil.rmtree(os.path.join(path, "variables"))
     checkpoint_io.merge_checkpoints(bundles, prefix)
     shutil.rmtree(build, ignore_errors=True)

@@ -51,7 +51,9 @@ def encoded_chunks(reader, location, fmt, chunk_rows, report, on_rows=None):
             data, scales = quantization.encode(values, fmt, row_offset=start)
         except ValueError as e:
             raise ExportError(f"table {location.name!r}: {e}")
-        error = np.abs(quantization.decode(data, scales, fmt) - values)
+        error = quantization.decode(data, scales, fmt)
+        np.subtract(error, values, out=error)
+        np.abs(error, out=error)
         if error.size:
             row_error, row_max = error.max(axis=1), np.abs(values).max(axis=1)
             report.max_abs_error = max(report.max_abs_error, float(row_error.max()))
@@ -60,6 +62,7 @@ def encoded_chunks(reader, location, fmt, chunk_rows, report, on_rows=None):
             if relative.size:
                 report.relative_error = max(report.relative_error, float(relative.max()))
             total_error += float(error.sum(dtype=np.float64))
+        del error, values  # before the next chunk is read: memory stays one chunk
         yield start, data, scales
         if on_rows:
             on_rows(count)

@@ -33,8 +33,8 @@ assert "site-packages" in tfce.__file__, tfce.__file__
 ct = tfce.quantize(np.arange(12, dtype=np.float32).reshape(4, 3), "int8")
 out = tfce.fused_decode_axpy(ct, [1, 3], [0, 0], combiner="mean").numpy()
 np.testing.assert_allclose(out, ct.dequantize()[[1, 3]].mean(0, keepdims=True), rtol=1e-6)
-from export_tools.checkpoint_io import SliceWriter
-SliceWriter._lib()  # the export tool's native writer is in the wheel too
+from export_tools.checkpoint_io import StreamingBundleWriter
+StreamingBundleWriter._lib()  # the export tool's native writer is in the wheel too
 print("wheel OK:", tfce.__file__, "kernels:", tfce.active_isa())
 PY
 "$wheel_dir/venv/bin/tfce-export" --help >/dev/null

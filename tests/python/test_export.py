@@ -105,9 +105,10 @@ def _export_all(kind, workdir):
     reports, paths = {}, {}
     for dtype, ops in VARIANTS:
         paths[dtype, ops] = os.path.join(workdir, f"{dtype}_{ops}")
+        # chunk_rows=7: every table is streamed in several chunks
         reports[dtype, ops] = compress_saved_model(built.path, paths[dtype, ops],
                                                    dtype=dtype, ops=ops, min_rows=1,
-                                                   verify=False)
+                                                   chunk_rows=7, verify=False)
     assert tree_digest(built.path) == digest, "the source was modified"
     references = {}
     for dtype in ("int8", "fp16"):
@@ -231,18 +232,26 @@ def test_checkpoint_holds_compressed_tables_only(exported, kind, variant):
         "a table became a graph constant"
 
 
-def test_pooled_lookups_become_fused_decode_axpy(exported):
-    """Every pooled form in module_lookups is one FusedDecodeAxpy, and no
-    stock segment reduction is left on the compressed rows."""
-    e = exported("module_lookups")
+# Pooled lookups per kind: module_lookups has sum/mean/sqrtn unweighted and
+# weighted, a dense mean and sum and a safe_embedding_lookup_sparse; the Keras
+# models a masked GlobalAveragePooling1D (per signature) and a dense sum;
+# tf1_resource_plain an unweighted sum and a safe lookup. (TF1 partitioned
+# tables are pooled by stock ops over per-partition lookups.)
+FUSED_POOLING = {"module_lookups": 9, "keras_export": 2, "keras_saved_model_save": 2,
+                 "tf1_resource_plain": 2}
+
+
+@pytest.mark.parametrize("kind", sorted(FUSED_POOLING))
+def test_pooled_lookups_become_fused_decode_axpy(exported, kind):
+    """Every pooled form is one FusedDecodeAxpy; no stock segment reduction
+    is left on compressed rows."""
+    e = exported(kind)
     meta = _meta_graph(e.paths["int8", "fused"])
     counts = collections.Counter(n.op for f in meta.graph_def.library.function
                                  for n in f.node_def)
-    # sum/mean/sqrtn unweighted and weighted, dense mean and sum, and the
-    # safe_embedding_lookup_sparse inner lookup.
-    assert counts["FusedDecodeAxpy"] == 9
-    assert counts["SparseSegmentSum"] == counts["SparseSegmentMean"] == 0
-    assert counts["SegmentSum"] == counts["SparseSegmentSqrtN"] == 0
+    assert counts["FusedDecodeAxpy"] == FUSED_POOLING[kind]
+    for op in ("SparseSegmentSum", "SparseSegmentMean", "SparseSegmentSqrtN", "SegmentSum"):
+        assert counts[op] == 0, op
 
 
 def test_fused_export_needs_the_ops_and_stock_does_not(exported, tmp_path):

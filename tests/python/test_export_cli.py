@@ -213,3 +213,16 @@ def test_examples_file_is_used(lookups_model, tmp_path):
                    tmp_path / "ex.npz", "--quiet")
     assert done.returncode == 0, done.stderr
     assert not tool_lines(done.stderr)
+
+
+def test_large_kept_variables_are_streamed_too(lookups_model, tmp_path, monkeypatch):
+    """Variables kept FP32 above the streaming threshold (64 MiB; zero here)
+    are copied chunk by chunk like the tables, and keep their full shapes."""
+    monkeypatch.setattr(compress, "_SMALL_VARIABLE_BYTES", 0)
+    report = compress_saved_model(lookups_model.path, str(tmp_path / "dst"), min_rows=1,
+                                  tables="^item$", chunk_rows=5)
+    assert report.verified and [t.name for t in report.tables] == ["item"]
+    reader = tf.train.load_checkpoint(str(tmp_path / "dst" / "variables" / "variables"))
+    shapes = {tuple(s) for s in reader.get_variable_to_shape_map().values()}
+    for name, shape in lookups_model.tables.items():
+        assert shape in shapes, name  # the FP32 tables kept, whole

@@ -45,26 +45,59 @@ def test_read_rows_of_a_partition(tmp_path):
     np.testing.assert_array_equal(reader.read_rows(part, 1, 2), full[7:9])
 
 
-def test_slice_writer_round_trip(tmp_path):
+def test_streaming_writer_round_trip(tmp_path):
+    """Tensors appended chunk by chunk, two shards at once, read back by TF."""
     rng = np.random.default_rng(1)
-    data = rng.integers(-127, 128, (1001, 5)).astype(np.int8)
-    scales = rng.random(1001).astype(np.float32)
+    tensors = {"a/data": rng.integers(-127, 128, (1001, 5)).astype(np.int8),
+               "a/scales": rng.random(1001).astype(np.float32),
+               "b/data": rng.standard_normal((77, 3)).astype(np.float16),
+               "c/rows": rng.standard_normal((10, 2, 3)).astype(np.float64)}
     prefix = str(tmp_path / "out")
-    writer = checkpoint_io.SliceWriter(prefix)
+    writer = checkpoint_io.StreamingBundleWriter(prefix, num_shards=2)
+    writer.begin(0, "a/data", np.int8, (1001, 5))
+    writer.begin(1, "a/scales", np.float32, (1001,))
     for start in range(0, 1001, 300):
-        writer.add_rows("t/data", (1001, 5), start, data[start:start + 300])
-        writer.add_rows("t/scales", (1001,), start, scales[start:start + 300])
+        writer.append(0, tensors["a/data"][start:start + 300])
+        writer.append(1, tensors["a/scales"][start:start + 300])
+    writer.end(0)
+    writer.end(1)
+    for key in ("b/data", "c/rows"):
+        writer.begin(0, key, tensors[key].dtype, tensors[key].shape)
+        for start in range(0, len(tensors[key]), 4):
+            writer.append(0, tensors[key][start:start + 4])
+        writer.end(0)
     writer.finish()
     reader = tf.train.load_checkpoint(prefix)
-    np.testing.assert_array_equal(reader.get_tensor("t/data"), data)
-    np.testing.assert_array_equal(reader.get_tensor("t/scales"), scales)
+    assert sorted(reader.get_variable_to_shape_map()) == sorted(tensors)
+    for key, value in tensors.items():
+        got = reader.get_tensor(key)
+        assert got.dtype == value.dtype
+        np.testing.assert_array_equal(got, value)
+    restored = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=["b/data"],
+                                    shape_and_slices=[""], dtypes=[tf.float16])[0]
+    np.testing.assert_array_equal(restored.numpy(), tensors["b/data"])
 
 
-def test_slice_writer_rejects_rows_outside_the_tensor(tmp_path):
-    writer = checkpoint_io.SliceWriter(str(tmp_path / "out"))
-    with pytest.raises(ExportError, match="'t' rows 8..12"):
-        writer.add_rows("t", (10, 2), 8, np.zeros((4, 2), np.int8))
-    writer.finish()
+@pytest.mark.parametrize("mistake, message", [
+    ("too_many", "more bytes than the tensor's shape holds"),
+    ("too_few", "fewer bytes than the tensor's shape holds"),
+    ("duplicate", "duplicate key"),
+    ("unfinished", "left unfinished"),
+])
+def test_streaming_writer_rejects_misuse(tmp_path, mistake, message):
+    writer = checkpoint_io.StreamingBundleWriter(str(tmp_path / "out"), num_shards=1)
+    with pytest.raises(ExportError, match=message):
+        writer.begin(0, "t", np.int8, (4, 2))
+        writer.append(0, np.zeros((2 if mistake == "too_few" else 4, 2), np.int8))
+        if mistake == "too_many":
+            writer.append(0, np.zeros((1, 2), np.int8))
+        if mistake == "duplicate":
+            writer.end(0)
+            writer.begin(0, "t", np.int8, (4, 2))
+        if mistake == "unfinished":
+            writer.finish()
+        writer.end(0)
+    writer.abort()  # frees the native writer whatever state the mistake left
 
 
 def test_corrupt_index_is_refused(checkpoint):
