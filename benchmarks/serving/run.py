@@ -1,0 +1,249 @@
+"""End to end: a DLRM-style ranking model served the way TF Serving serves it,
+FP32 against its INT8/FP16 exports, stock and fused.
+
+    python benchmarks/serving/run.py [--workdir DIR] [--rounds 3] [--iterations 200]
+
+1. Builds the model (benchmarks/recommender_model.py: 100 sparse features,
+   dims 8-64 with 12 the most common, tables of 10k-5M rows, >= 4 GiB FP32,
+   bags of 1-50 ids, an MLP) twice with the same weights: as models export it
+   (`tf.nn.embedding_lookup_sparse`: Unique + gather + SparseSegmentMean) and
+   as the fastest FP32 graph stock TF expresses (gather + segment_mean).
+2. Exports the first with tfce-export: int8 and fp16, `--ops stock` (the
+   naive decode) and `--ops fused`, each verified.
+3. Writes a request log of 256-candidate requests (PredictionLog TFRecord)
+   and serves every variant in the C++ harness (serving/harness: TF's
+   LoadSavedModel + Session::Run, TF Serving's loader), in rounds, variants
+   interleaved, each in a fresh process: p50/p99 latency and throughput at 1
+   and 2 client threads, load time, resident memory.
+4. Prints the table, writes benchmarks/results/serving.csv and serving.png
+   and the `serving` section of benchmarks/RESULTS.md.
+Needs ~16 GiB of disk in the work dir and ~10 GiB of RAM; ~30-40 min on 2 cores.
+"""
+import argparse
+import csv
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+RESULTS_MD = os.path.join(ROOT, "benchmarks", "RESULTS.md")
+SECTION = "## End to end: the ranking model served (`python benchmarks/serving/run.py`)"
+# name -> (source, export dtype, export ops); source "fp32" or "fp32_fastest"
+VARIANTS = {
+    "FP32 as exported": ("fp32", None, None),
+    "FP32 fastest stock": ("fp32_fastest", None, None),
+    "INT8 stock": ("fp32", "int8", "stock"),
+    "FP16 stock": ("fp32", "fp16", "stock"),
+    "INT8 fused": ("fp32", "int8", "fused"),
+    "FP16 fused": ("fp32", "fp16", "fused"),
+}
+
+
+def log(text):
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def build_models(workdir, features_args):
+    """Both FP32 SavedModels, each built in a child process (the tables are
+    several GiB; the child's memory is returned when it exits)."""
+    for name, pooling in (("fp32", "sparse"), ("fp32_fastest", "segment")):
+        path = os.path.join(workdir, name)
+        if os.path.exists(os.path.join(path, "saved_model.pb")):
+            continue
+        log(f"building {name} ({pooling} pooling)")
+        code = ("import sys; sys.path.insert(0, %r); import recommender_model as r; "
+                "r.save(r.RankingModel(r.dlrm_features(*%r), pooling=%r), %r)"
+                % (os.path.dirname(HERE), features_args, pooling, path))
+        subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def export_models(workdir):
+    from export_tools import compress_saved_model
+    reports = {}
+    for name, (_, dtype, ops) in VARIANTS.items():
+        if dtype is None:
+            continue
+        path = os.path.join(workdir, f"{dtype}_{ops}")
+        report_path = path + ".report.json"
+        if not os.path.exists(report_path):
+            log(f"exporting {name}")
+            compress_saved_model(os.path.join(workdir, "fp32"), path, dtype=dtype, ops=ops,
+                                 overwrite=True, report=report_path)
+        reports[name] = json.load(open(report_path))
+    return reports
+
+
+def write_requests(path, features, batch, count):
+    import tensorflow as tf
+    import recommender_model
+    from export_tools.warmup import predict_log
+    with tf.io.TFRecordWriter(path) as writer:
+        for feed in recommender_model.requests(features, batch, count, seed=7):
+            writer.write(predict_log("serving_default", feed))
+
+
+def model_path(workdir, name):
+    source, dtype, ops = VARIANTS[name]
+    return os.path.join(workdir, source if dtype is None else f"{dtype}_{ops}")
+
+
+def serve(harness, workdir, name, requests, iterations, threads):
+    command = [harness, "--model", model_path(workdir, name), "--requests", requests,
+               "--iterations", str(iterations), "--threads", threads, "--warmup"]
+    if VARIANTS[name][2] == "fused":
+        import tf_compressed_embedding._loader as loader
+        command += ["--ops", loader.library_path()]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"harness failed on {name}: {done.stderr.strip().splitlines()[-1]}")
+    return json.loads(done.stdout)
+
+
+def directory_mib(path):
+    from export_tools.report import directory_bytes
+    return directory_bytes(path) / 2**20
+
+
+def summarize(runs, workdir, features, reports):
+    fp32_tables = sum(f.rows * f.dim * 4 for f in features)
+    format_bytes = {None: fp32_tables}
+    for r in reports.values():
+        format_bytes[r["dtype"]] = r["table_bytes_after"]
+    rows = []
+    for name, results in runs.items():
+        by_threads = {}
+        for result in results:
+            for run in result["runs"]:
+                by_threads.setdefault(run["threads"], []).append(run)
+        table_rss = statistics.median(r["rss_after_load_mib"] - r["rss_before_load_mib"]
+                                      for r in results)
+        dtype = VARIANTS[name][1]
+        row = {"variant": name,
+               "table MiB (format)": format_bytes[dtype] / 2**20,
+               "model RSS MiB": table_rss,
+               "RSS / format": table_rss * 2**20 / format_bytes[dtype],
+               "disk MiB": directory_mib(model_path(workdir, name)),
+               "load s": statistics.median(r["load_seconds"] for r in results)}
+        for threads, items in sorted(by_threads.items()):
+            row[f"p50 ms {threads}t"] = statistics.median(i["p50_ms"] for i in items)
+            row[f"p99 ms {threads}t"] = statistics.median(i["p99_ms"] for i in items)
+            row[f"req/s {threads}t"] = statistics.median(i["throughput_rps"] for i in items)
+        rows.append(row)
+    base = {r["variant"]: r for r in rows}
+    for row in rows:
+        row["p50 vs FP32"] = row["p50 ms 1t"] / base["FP32 as exported"]["p50 ms 1t"]
+        row["p50 vs FP32 fastest"] = row["p50 ms 1t"] / base["FP32 fastest stock"]["p50 ms 1t"]
+        row["RSS vs FP32"] = row["model RSS MiB"] / base["FP32 as exported"]["model RSS MiB"]
+    return rows
+
+
+def markdown(rows, args, features):
+    columns = ["variant", "p50 ms 1t", "p99 ms 1t", "p50 vs FP32", "p50 vs FP32 fastest",
+               "req/s 1t", "req/s 2t", "model RSS MiB", "RSS / format", "RSS vs FP32",
+               "disk MiB", "load s"]
+    total = sum(f.rows * f.dim * 4 for f in features) / 2**30
+    lines = [SECTION, "",
+             f"{len(features)} sparse features, {sum(f.rows for f in features):,} rows, "
+             f"{total:.2f} GiB of FP32 tables; requests of {args.batch} candidates; "
+             f"{args.rounds} rounds x {args.iterations} requests per variant and thread "
+             f"count, variants interleaved, each in a fresh harness process (TF's "
+             f"LoadSavedModel + Session::Run, default thread pools, warmup replayed). "
+             f"Medians over rounds. `model RSS` = resident memory after load minus before "
+             f"(TF runtime excluded); `RSS / format` against the format's own bytes (FP32 "
+             f"4D, INT8 D+4, FP16 2D per row).", "",
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = []
+        for c in columns:
+            v = row[c]
+            cells.append(v if isinstance(v, str) else
+                         f"{v:.2f}x" if c.startswith(("p50 vs", "RSS vs", "RSS /")) else
+                         f"{v:,.0f}" if "MiB" in c or "req/s" in c else f"{v:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "![serving](results/serving.png)", ""]
+    return "\n".join(lines)
+
+
+def update_results_md(section):
+    text = open(RESULTS_MD).read() if os.path.exists(RESULTS_MD) else "# Benchmark results\n"
+    if SECTION in text:
+        start = text.index(SECTION)
+        end = text.find("\n## ", start + len(SECTION))
+        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
+    else:
+        text = text.rstrip() + "\n\n" + section
+    open(RESULTS_MD, "w").write(text.rstrip() + "\n")
+
+
+def chart(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    names = [r["variant"] for r in rows]
+    left.barh(names, [r["p50 vs FP32"] for r in rows], color="tab:blue")
+    left.axvline(1.0, color="gray", linestyle="--")
+    left.set_xlabel("p50 latency vs FP32 as exported (lower is better)")
+    right.barh(names, [r["RSS vs FP32"] for r in rows], color="tab:green")
+    right.set_xlabel("model resident memory vs FP32")
+    right.set_yticklabels([])
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", default="/tmp/tfce-serving-bench",
+                        help="models are kept here and reused by later runs")
+    parser.add_argument("--features", type=int, default=100)
+    parser.add_argument("--total-gib", type=float, default=4.0)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--request-log", type=int, default=50, help="distinct requests")
+    parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--no-results", action="store_true",
+                        help="do not touch benchmarks/RESULTS.md and results/")
+    args = parser.parse_args(argv)
+    os.makedirs(args.workdir, exist_ok=True)
+    import recommender_model
+    features_args = (args.total_gib, args.features)
+    features = recommender_model.dlrm_features(*features_args)
+    build_models(args.workdir, features_args)
+    reports = export_models(args.workdir)
+    requests = os.path.join(args.workdir, f"requests_{args.batch}.tfrecord")
+    if not os.path.exists(requests):
+        write_requests(requests, features, args.batch, args.request_log)
+    harness = subprocess.run([sys.executable, os.path.join(ROOT, "serving", "build.py")],
+                             capture_output=True, text=True, check=True).stdout.split()[-1]
+    runs = {name: [] for name in VARIANTS}
+    for round_index in range(args.rounds):
+        for name in VARIANTS:
+            log(f"round {round_index + 1}/{args.rounds}: serving {name}")
+            runs[name].append(serve(harness, args.workdir, name, requests,
+                                    args.iterations, args.threads))
+    rows = summarize(runs, args.workdir, features, reports)
+    section = markdown(rows, args, features)
+    print(section)
+    if not args.no_results:
+        os.makedirs(RESULTS, exist_ok=True)
+        with open(os.path.join(RESULTS, "serving.csv"), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        json.dump(runs, open(os.path.join(RESULTS, "serving_raw.json"), "w"), indent=1)
+        chart(rows, os.path.join(RESULTS, "serving.png"))
+        update_results_md(section)
+
+
+if __name__ == "__main__":
+    main()
