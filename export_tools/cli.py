@@ -125,8 +125,8 @@ def print_summary(console, report):
                   f"{report.checkpoint_bytes_after / _GIB:.3f} GiB; tables "
                   f"{report.table_bytes_before / 2**20:.2f} MiB → "
                   f"{report.table_bytes_after / 2**20:.2f} MiB")
-    for reason in report.kept_fp32:
-        console.print(f"left FP32: {reason}")
+    for name in report.kept_fp32:
+        console.print(f"left FP32 (--keep): {name}")
     if report.verified:
         check = Table(title=f"verification against SRC (tolerance {report.tolerance:.3g})")
         for column in ("signature", "output", "max |diff|"):

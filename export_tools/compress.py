@@ -86,9 +86,10 @@ def _describe(uses):
     return None
 
 
-def choose_tables(analyses, tables, keep, min_rows, progress, report):
-    """{uid: _Table} of the tables to convert; refuses tables it cannot convert."""
-    chosen = {}
+def choose_tables(analyses, tables, keep, min_rows, progress):
+    """({uid: _Table} of the tables to convert, [names kept FP32 by `keep`]);
+    refuses tables it cannot convert."""
+    chosen, kept = {}, []
     for analysis in analyses:
         for placeholder, uses in analysis.uses.items():
             loc = analysis.locations[placeholder]
@@ -100,8 +101,9 @@ def choose_tables(analyses, tables, keep, min_rows, progress, report):
             if not looks_like_table or (tables is not None and not named):
                 continue
             if _matches(keep, loc):
-                if uid not in {u for u, _ in report.kept_fp32}:
-                    report.kept_fp32.append((uid, f"{loc.name}: kept FP32 as asked"))
+                if loc.name not in kept:
+                    kept.append(loc.name)
+                    progress.warn(f"table {loc.name!r} left FP32 (--keep)")
                 continue
             if loc.full_shape[0] < min_rows:
                 continue
@@ -123,7 +125,7 @@ def choose_tables(analyses, tables, keep, min_rows, progress, report):
                                   f"compressed{hint}")
             table = chosen.setdefault(uid, _Table(uid, loc))
             table.placeholders.setdefault(analysis.key, []).append(placeholder)
-    return chosen
+    return chosen, kept
 
 
 def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=None,
@@ -173,8 +175,7 @@ def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=
         raise ExportError(f"{src} has no signatures to export")
     progress.stage("analyzing signatures")
     analyses = [analyze(source, key, source.loaded.signatures[key]) for key in keys]
-    chosen = choose_tables(analyses, tables, keep, min_rows, progress, result)
-    result.kept_fp32 = [reason for _, reason in result.kept_fp32]
+    chosen, result.kept_fp32 = choose_tables(analyses, tables, keep, min_rows, progress)
     if not chosen:
         raise ExportError(
             f"found no table to compress in {src}: no float32 rank-2 variable of at "

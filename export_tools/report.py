@@ -12,7 +12,7 @@ class ExportReport:
     dtype: str
     ops: str
     tables: list = dataclasses.field(default_factory=list)      # [TableReport]
-    kept_fp32: list = dataclasses.field(default_factory=list)   # [(name, reason)]
+    kept_fp32: list = dataclasses.field(default_factory=list)   # names left FP32 (--keep)
     checkpoint_bytes_before: int = 0
     checkpoint_bytes_after: int = 0
     # signature key -> output key -> max abs difference against the source
