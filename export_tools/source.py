@@ -154,17 +154,15 @@ class SourceModel:
         captured = list(function.graph.captures)
         if self.is_tf2:
             locations = self._tf2_locations(key)
-            if len(locations) != len(captured) and len(set(
-                    (loc.key if loc else None) for loc in locations)) < len(locations):
-                self._refuse_sharded(key, [loc.key for loc in locations if loc])
-            if len(locations) != len(captured):
-                raise ExportError(
-                    f"signature {key!r}: {len(captured)} captures but the object "
-                    f"graph binds {len(locations)}; the SavedModel is inconsistent")
         else:
             by_handle = {id(v.handle): v for v in function.variables}
             locations = [self.tf1_location(by_handle[id(ext)].name.split(":")[0])
                          if id(ext) in by_handle else None for ext, _ in captured]
+        self._refuse_shared_bindings(key, locations)
+        if len(locations) != len(captured):
+            raise ExportError(
+                f"signature {key!r}: {len(captured)} captures but the object "
+                f"graph binds {len(locations)}; the SavedModel is inconsistent")
         result = []
         for (external, internal), location in zip(captured, locations):
             capture = Capture(internal.op.name, external, location)
@@ -175,26 +173,21 @@ class SourceModel:
                                       f"{internal.op.name!r} is neither a variable nor "
                                       f"owned by a trackable object")
             result.append(capture)
-        self._check_sharded(key, function, result)
         return result
 
     @staticmethod
-    def _check_sharded(key, function, captures):
+    def _refuse_shared_bindings(key, locations):
         """Refuses the broken ShardedVariable case: several captured shard handles
         bound to one saved variable (TF itself restores none of the shards right)."""
-        by_key = {}
-        for cap in captures:
-            if cap.location is not None and not cap.location.is_partition:
-                by_key.setdefault(cap.location.key, []).append(cap.placeholder)
-        for ckpt_key, placeholders in by_key.items():
-            if len(placeholders) > 1:
-                SourceModel._refuse_sharded(key, [ckpt_key] * len(placeholders))
-
-    @staticmethod
-    def _refuse_sharded(key, checkpoint_keys):
-        repeated = sorted({k for k in checkpoint_keys if checkpoint_keys.count(k) > 1})
-        raise ExportError(
-            f"signature {key!r} binds several variable shards to the one saved "
-            f"variable {repeated[0]!r}: a ShardedVariable SavedModel saved from a "
-            f"pre-traced concrete function, which TensorFlow itself restores wrongly; "
-            f"re-export it passing the tf.function to tf.saved_model.save")
+        seen = set()
+        for loc in locations:
+            if loc is None:
+                continue
+            if (loc.key, loc.offset) in seen:
+                raise ExportError(
+                    f"signature {key!r} binds several variable shards to the one saved "
+                    f"variable {loc.key!r}: a ShardedVariable SavedModel saved from a "
+                    f"pre-traced concrete function, which TensorFlow itself restores "
+                    f"wrongly; re-export it passing the tf.function to "
+                    f"tf.saved_model.save")
+            seen.add((loc.key, loc.offset))
