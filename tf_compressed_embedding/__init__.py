@@ -17,6 +17,9 @@ from tf_compressed_embedding.ops import (compressed_embedding_lookup,
                                          embedding_lookup_sparse,
                                          fused_decode_axpy,
                                          safe_embedding_lookup_sparse)
+# The Keras 3 layer; importing it registers CompressedEmbedding with
+# keras.saving, so .keras files load after `import tf_compressed_embedding`.
+from tf_compressed_embedding import layers
 
 __version__ = "0.1.0"
 
@@ -31,6 +34,7 @@ __all__ = [
     "compressed_embedding_lookup",
     "embedding_lookup_sparse",
     "fused_decode_axpy",
+    "layers",
     "quantize",
     "safe_embedding_lookup_sparse",
     "supported_isas",

@@ -1,0 +1,648 @@
+"""Keras 3 layer over compressed embedding tables: `CompressedEmbedding`.
+
+A drop-in for ``keras.layers.Embedding`` that trains a float32 table like
+Keras does and, after :meth:`CompressedEmbedding.quantize`, serves it from an
+INT8 (one float32 scale per row) or FP16 table through the package's ops.
+With a ``combiner`` it also pools multi-valued features (padded, ragged or
+sparse bags of ids) into one vector per example, fused with the decoding.
+
+    import keras
+    import tf_compressed_embedding as tfce
+    from tf_compressed_embedding.layers import CompressedEmbedding
+
+    ids = keras.Input(shape=(None,), dtype="int64")
+    layer = CompressedEmbedding(10000, 32, mask_zero=True, combiner="mean")
+    pooled = layer(ids)
+    ...build the model, train it as usual...
+    layer.quantize("int8")                                 # in place, or
+    served = tfce.layers.quantize_embeddings(model, "int8")  # a copy
+
+Ids. Ids must be integers in ``[-input_dim, input_dim)``; a negative id ``i``
+means row ``input_dim + i``, as in ``keras.layers.Embedding`` (whose
+``ops.take`` wraps negative indices the same way). Any other id is a
+``tf.errors.InvalidArgumentError`` naming the id and the range ``[0, V)``,
+raised by ``tf.gather`` for the float32 table and by the compressed ops once
+quantized. Float ids are accepted when they hold whole numbers (Keras'
+default ``Input`` dtype is float32); a float id with a fractional part is an
+``InvalidArgumentError`` where Keras would truncate it silently. Other dtypes
+are a ``TypeError``.
+"""
+import collections
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_compressed_embedding import ops as tfce_ops
+from tf_compressed_embedding import quantization
+# The model-conversion helper lives in its own module (it imports this one
+# lazily, so there is no import cycle).
+from tf_compressed_embedding._keras_convert import _numpy, quantize_embeddings
+
+COMBINERS = ("sum", "mean", "sqrtn")
+QUANTIZATION_MODES = quantization.FORMATS
+
+# What the ops read: anything with .data and .scales (see ops._table_inputs).
+_OpTable = collections.namedtuple("_OpTable", ["data", "scales"])
+
+
+class UnsupportedQuantizationModeError(ValueError, NotImplementedError):
+    """A quantization mode this layer does not implement.
+
+    A ``ValueError`` for callers of :meth:`CompressedEmbedding.quantize`;
+    also a ``NotImplementedError`` so that ``keras.Model.quantize("int4")``
+    (which skips layers raising that, with a warning) still quantizes the
+    other layers of a model that contains this one.
+    """
+
+
+@keras.saving.register_keras_serializable(package="tf_compressed_embedding")
+class CompressedEmbedding(keras.layers.Layer):
+    """``keras.layers.Embedding`` with compressed storage and pooling.
+
+    Float32 mode (the default) trains like ``keras.layers.Embedding``: the
+    table is ``self.embeddings``, a trainable float32 ``[input_dim,
+    output_dim]`` variable whose gradients are ``tf.IndexedSlices``.
+    :meth:`quantize` compresses it in place to ``"int8"`` or ``"fp16"``;
+    the float32 table is dropped and nothing is trainable afterwards.
+
+    ``combiner=None``: ``ids`` of any shape give ``ids.shape + [output_dim]``
+    and, with ``mask_zero=True``, the mask ``ids != 0`` — the behaviour of
+    ``keras.layers.Embedding``.
+
+    ``combiner="sum" | "mean" | "sqrtn"``: every row of ids is a bag, pooled
+    to one vector: ``out[b] = sum_i w_bi x_bi`` divided by ``sum_i w_bi``
+    (mean) or ``sqrt(sum_i w_bi**2)`` (sqrtn), ``x_bi`` the row of id
+    ``ids[b, i]`` and ``w_bi`` its weight (1 without ``weights``) — the
+    semantics of ``tf.nn.embedding_lookup_sparse``. An empty bag (or a zero
+    denominator) gives zeros. Inputs:
+
+    - a dense ``[B, L]`` tensor of padded ids. Padding is excluded with
+      ``mask_zero=True`` (id 0 is padding: the same result as
+      ``keras.layers.Embedding(mask_zero=True)`` followed by a masked
+      ``GlobalAveragePooling1D`` for ``"mean"``) and/or the ``mask`` call
+      argument, a ``[B, L]`` boolean tensor that is True for real ids;
+    - a ``tf.RaggedTensor`` ``[B, (ids)]``;
+    - a ``tf.SparseTensor`` ``[B, L]`` with indices in row-major order (as
+      ``tf.nn.embedding_lookup_sparse`` requires); every one of the ``B``
+      rows gets an output row, empty ones included.
+
+    With ``mask_zero=True`` id 0 is dropped from the bags of every input
+    kind. The output is ``[B, output_dim]`` and carries no mask.
+
+    Args:
+      input_dim: number of rows ``V`` (vocabulary size), a positive int.
+      output_dim: embedding size ``D``, a positive int.
+      embeddings_initializer: initializer of the float32 table.
+      embeddings_regularizer: regularizer of the float32 table.
+      embeddings_constraint: constraint of the float32 table.
+      mask_zero: whether id 0 is padding (see above).
+      weights: optional initial values: the float32 table ``[V, D]`` (or a
+        one-element list of it), or ``[data, scales]`` when constructed with
+        ``quantization_mode``.
+      lora_rank, lora_alpha: must be None (LoRA is not supported).
+      quantization_config: must be None (the formats are fixed, see
+        ``tf_compressed_embedding.quantization``).
+      combiner: None, ``"sum"``, ``"mean"`` or ``"sqrtn"``.
+      quantization_mode: None (float32), ``"int8"`` or ``"fp16"``: creates the
+        layer directly in compressed mode, with zero-filled variables that
+        ``load_own_variables`` / ``set_weights`` then fill (how ``from_config``
+        rebuilds a quantized layer).
+      **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``,
+        ``trainable``, ...).
+
+    Call arguments:
+      inputs: ids, as described above.
+      weights: optional per-id float weights with the structure of
+        ``inputs`` (dense ``[B, L]``, ragged or sparse with the same
+        layout); only with a combiner. Gradients flow to them.
+      mask: optional ``[B, L]`` boolean tensor for dense ids with a
+        combiner. Ignored with ``combiner=None``, as Keras' Embedding does.
+
+    Raises (at call time):
+      TypeError: ids of a non-numeric dtype, or weights not matching ids.
+      ValueError: ragged or sparse ids with ``combiner=None``; dense ids not
+        of rank 2 with a combiner; ``weights`` without a combiner.
+      tf.errors.InvalidArgumentError: an id outside ``[-V, V)``, or a float
+        id that is not a whole number.
+    """
+
+    def __init__(self, input_dim, output_dim,
+                 embeddings_initializer="uniform", embeddings_regularizer=None,
+                 embeddings_constraint=None, mask_zero=False, weights=None,
+                 lora_rank=None, lora_alpha=None, quantization_config=None,
+                 combiner=None, quantization_mode=None, **kwargs):
+        for arg, value in (("input_dim", input_dim),
+                           ("output_dim", output_dim)):
+            if (not isinstance(value, (int, np.integer))
+                    or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"`{arg}` must be a positive integer, got "
+                                 f"{value!r} (of type {type(value).__name__})")
+        if lora_rank is not None or lora_alpha is not None:
+            raise NotImplementedError(
+                "CompressedEmbedding does not support LoRA (lora_rank / "
+                "lora_alpha): train a keras.layers.Embedding with LoRA and "
+                "convert the model with quantize_embeddings()")
+        if quantization_config is not None:
+            raise NotImplementedError(
+                "CompressedEmbedding takes no quantization_config: its "
+                "formats are fixed (see tf_compressed_embedding.quantization);"
+                " use quantize('int8') or quantize('fp16')")
+        if combiner is not None and combiner not in COMBINERS:
+            raise ValueError(f"combiner must be None, 'sum', 'mean' or "
+                             f"'sqrtn', got {combiner!r}")
+        if quantization_mode is not None:
+            _check_mode(quantization_mode)
+        if kwargs.pop("input_length", None) is not None:
+            warnings.warn("Argument `input_length` is deprecated (as in "
+                          "keras.layers.Embedding). Just remove it.")
+        super().__init__(**kwargs)
+        # Keras wraps every layer's quantize() (in Layer.__new__) with checks
+        # that only know Keras' own modes and configs, which would refuse
+        # "fp16"; quantize() below does its own checks, so unwrap it.
+        vars(self).pop("quantize", None)
+        self.input_dim = int(input_dim)
+        self.output_dim = int(output_dim)
+        self.embeddings_initializer = keras.initializers.get(
+            embeddings_initializer)
+        self.embeddings_regularizer = keras.regularizers.get(
+            embeddings_regularizer)
+        self.embeddings_constraint = keras.constraints.get(
+            embeddings_constraint)
+        self.mask_zero = bool(mask_zero)
+        self.combiner = combiner
+        # Pooled outputs carry no mask, but pooling consumes incoming masks.
+        self.supports_masking = self.mask_zero or combiner is not None
+        # Ids are not cast to the compute dtype; the output is, at the end.
+        self.autocast = False
+        # XLA cannot compile the compressed ops, nor segment sums whose
+        # number of segments is only known at run time.
+        self.supports_jit = False
+        self._quantization_mode = quantization_mode
+        if weights is not None:
+            self.build()
+            if not (isinstance(weights, list)
+                    and len(weights) == len(self.weights)):
+                weights = [weights]
+            self.set_weights(weights)
+
+    # ---------------------------------------------------------------- state
+
+    def build(self, input_shape=None):
+        """Creates the float32 table, or the compressed variables when the
+        layer was constructed with ``quantization_mode``. Input shapes are
+        not needed (any id shape works)."""
+        if self.built:
+            return
+        if self._quantization_mode is None:
+            self._embeddings = self.add_weight(
+                shape=(self.input_dim, self.output_dim),
+                initializer=self.embeddings_initializer,
+                name="embeddings",
+                regularizer=self.embeddings_regularizer,
+                constraint=self.embeddings_constraint,
+                trainable=True,
+                # Under mixed precision, gather and pool in float32 and cast
+                # the result (not the whole table) to the compute dtype.
+                autocast=False)
+        else:
+            self._add_compressed_weights(self._quantization_mode)
+        self.built = True
+
+    def _add_compressed_weights(self, mode, data=None, scales=None):
+        """Adds the non-trainable (data, scales) variables in the layout of
+        ``CompressedTable``, initialized with ``data``/``scales`` if given
+        (so quantize() holds the encoded table once, not zeros plus it)."""
+        rows = self.input_dim
+        data_shape = (rows, self.output_dim)
+        scales_shape = quantization.scales_shape(mode, rows)
+        self.embeddings_data = self.add_weight(
+            shape=data_shape,
+            initializer=_value_or_zeros(data),
+            dtype=quantization.storage_dtype(mode).name,
+            name="embeddings_data",
+            trainable=False,
+            autocast=False)
+        self.embeddings_scales = self.add_weight(
+            shape=scales_shape,
+            initializer=_value_or_zeros(scales),
+            dtype="float32",
+            name="embeddings_scales",
+            trainable=False,
+            # The ops take float32 scales, whatever the compute dtype.
+            autocast=False)
+
+    @property
+    def embeddings(self):
+        """The trainable float32 table ``[input_dim, output_dim]`` (float32
+        mode only; a quantized layer keeps no float32 copy)."""
+        if not self.built:
+            raise AttributeError(
+                "You must build the layer before accessing `embeddings`.")
+        if self._quantization_mode is not None:
+            raise AttributeError(
+                f"layer {self.name!r} is quantized to "
+                f"{self._quantization_mode!r} and keeps no float32 table: "
+                f"use `embeddings_data` / `embeddings_scales`, or "
+                f"`dequantize()` for the decoded values")
+        return self._embeddings
+
+    @property
+    def quantization_mode(self):
+        """None (float32 table), ``"int8"`` or ``"fp16"``."""
+        return self._quantization_mode
+
+    def _state_variables(self):
+        if self._quantization_mode is None:
+            return [self._embeddings]
+        return [self.embeddings_data, self.embeddings_scales]
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        """Compresses the float32 table in place (Keras' ``quantize`` API).
+
+        The table is encoded with ``tf_compressed_embedding.quantization``
+        (``"int8"``: int8 rows with one float32 scale per row; ``"fp16"``:
+        float16 rows), the float32 variable is dropped, and later calls use
+        the compressed ops. Nothing is trainable afterwards. Also called by
+        ``keras.Model.quantize("int8")``.
+
+        If the layer sits in a model whose ``predict``/``fit`` functions were
+        already traced, use ``model.quantize(mode)`` (which resets them) or
+        :func:`quantize_embeddings`, as with Keras' own layers.
+
+        Args:
+          mode: ``"int8"`` or ``"fp16"``.
+          type_check: accepted for ``keras.Model.quantize``; unused.
+          config: None, or Keras' default config for ``mode`` (what
+            ``keras.Model.quantize`` passes); a custom weight quantizer is
+            refused, the formats being fixed.
+
+        Raises:
+          ValueError: the layer is not built, is already quantized, or its
+            table holds NaN/Inf (or values beyond float16 for ``"fp16"``).
+          UnsupportedQuantizationModeError (a ValueError): another mode.
+        """
+        del type_check  # a Keras Model.quantize argument; no subclasses here
+        _check_mode(mode)
+        # keras.Model.quantize("int8") passes Keras' default int8 config;
+        # only a custom weight quantizer asks for something we cannot do.
+        if config is not None and (
+                getattr(config, "weight_quantizer", None) is not None
+                or getattr(config, "mode", mode) != mode):
+            raise ValueError(
+                "CompressedEmbedding.quantize takes no custom quantization "
+                "config: its formats are fixed (see "
+                "tf_compressed_embedding.quantization)")
+        if not self.built:
+            raise ValueError(
+                f"Cannot quantize layer {self.name!r}: it is not built yet "
+                f"(call it on some ids or call build() first)")
+        if self._quantization_mode is not None:
+            raise ValueError(
+                f"layer {self.name!r} is already quantized to "
+                f"{self._quantization_mode!r}; quantize a float32 layer")
+        # Encode before touching the layer, so a refused table (NaN, fp16
+        # overflow) leaves it as it was.
+        data, scales = quantization.encode(
+            _numpy(self._embeddings), mode)
+        self._tracker.unlock()
+        try:
+            del self._embeddings  # untracks and frees the float32 table
+            self._add_compressed_weights(mode, data, scales)
+        finally:
+            self._tracker.lock()
+        self._quantization_mode = mode
+        self._is_quantized = True  # Keras' marker of quantized layers
+
+    def dequantize(self):
+        """The decoded table as a float32 numpy array ``[V, D]`` (the float32
+        table itself when the layer is not quantized)."""
+        if self._quantization_mode is None:
+            return _numpy(self.embeddings)
+        return quantization.decode(
+            _numpy(self.embeddings_data),
+            _numpy(self.embeddings_scales),
+            self._quantization_mode)
+
+    def save_own_variables(self, store):
+        """Saves the float32 table as ``"0"``, or the compressed data and
+        scales as ``"0"`` and ``"1"`` (no float32 copy)."""
+        if not self.built:
+            return
+        for i, variable in enumerate(self._state_variables()):
+            store[str(i)] = variable
+
+    def load_own_variables(self, store):
+        """Loads what :meth:`save_own_variables` saved; the layer must have
+        been created with the same ``quantization_mode`` (``from_config``
+        does that)."""
+        if not self.built:
+            return
+        variables = self._state_variables()
+        if len(store.keys()) != len(variables):
+            raise ValueError(
+                f"layer {self.name!r} ({_mode_name(self._quantization_mode)}) "
+                f"expects {len(variables)} saved variable(s), found "
+                f"{len(store.keys())}: the file was saved from a layer in "
+                f"another quantization mode")
+        for i, variable in enumerate(variables):
+            value = np.asarray(store[str(i)])
+            if (value.shape != tuple(variable.shape)
+                    or value.dtype != np.dtype(variable.dtype)):
+                raise ValueError(
+                    f"layer {self.name!r}: saved variable {i} is "
+                    f"{value.dtype}{list(value.shape)}, expected "
+                    f"{variable.dtype}{list(variable.shape)} for "
+                    f"{variable.name!r}")
+            variable.assign(value)
+
+    def get_config(self):
+        """The constructor arguments, with ``quantization_mode``."""
+        config = super().get_config()
+        config.update({
+            "input_dim": self.input_dim,
+            "output_dim": self.output_dim,
+            "embeddings_initializer": keras.initializers.serialize(
+                self.embeddings_initializer),
+            "embeddings_regularizer": keras.regularizers.serialize(
+                self.embeddings_regularizer),
+            "activity_regularizer": keras.regularizers.serialize(
+                self.activity_regularizer),
+            "embeddings_constraint": keras.constraints.serialize(
+                self.embeddings_constraint),
+            "mask_zero": self.mask_zero,
+            "combiner": self.combiner,
+            "quantization_mode": self._quantization_mode,
+        })
+        return config
+
+    # ----------------------------------------------------------------- call
+
+    def call(self, inputs, weights=None, mask=None):
+        """Looks up (``combiner=None``) or pools ids; see the class doc."""
+        if self.combiner is None:
+            if isinstance(inputs, (tf.RaggedTensor, tf.SparseTensor)):
+                raise ValueError(self._no_combiner_message(inputs))
+            if weights is not None:
+                raise ValueError(
+                    f"layer {self.name!r}: `weights` need a combiner "
+                    f"('sum', 'mean' or 'sqrtn'); this layer has none")
+            ids = self._valid_ids(tf.convert_to_tensor(inputs))
+            if self._quantization_mode is None:
+                # ResourceGather: the table's gradient is IndexedSlices.
+                out = tf.gather(self._embeddings.value, ids)
+            else:
+                out = tfce_ops.compressed_embedding_lookup(
+                    self._op_table(), ids)
+            return tf.cast(out, self.compute_dtype)
+
+        ids, segment_ids, bag_weights, num_bags = self._bags(
+            inputs, weights, mask)
+        if self._quantization_mode is None:
+            out = _pool(self._embeddings.value, ids, segment_ids, bag_weights,
+                        self.combiner, num_bags)
+        else:
+            out = tfce_ops.fused_decode_axpy(
+                self._op_table(), ids, segment_ids, bag_weights,
+                self.combiner, num_bags)
+        # The ops cannot infer the number of bags; the input often can.
+        shape = getattr(inputs, "shape", None)
+        batch = shape[0] if shape is not None and shape.rank else None
+        out = tf.ensure_shape(out, [batch, self.output_dim])
+        return tf.cast(out, self.compute_dtype)
+
+    def quantized_call(self, *args, **kwargs):
+        """What Keras runs instead of call() once ``quantization_mode`` is set
+        (it dispatches on it to ``_int8_call`` etc.); call() handles both
+        modes."""
+        return self.call(*args, **kwargs)
+
+    def _op_table(self):
+        # .value is the tf.Variable itself, which ops._read reads without
+        # a copy (a Keras Variable would be converted to a dense tensor).
+        return _OpTable(self.embeddings_data.value,
+                        self.embeddings_scales.value)
+
+    def _no_combiner_message(self, inputs):
+        return (f"layer {self.name!r} has combiner=None and got a "
+                f"{type(inputs).__name__}: ragged and sparse ids are bags "
+                f"and need a combiner ('sum', 'mean' or 'sqrtn'); for a "
+                f"row per id pass dense ids (e.g. `.to_tensor()`)")
+
+    def _valid_ids(self, ids):
+        """Integer ids with negatives in [-V, 0) wrapped as Keras does.
+
+        Ids below -V are left negative so the gather / op error names the id
+        the caller passed.
+        """
+        ids = _integer_ids(ids, self.name)
+        rows = tf.constant(self.input_dim, ids.dtype)
+        return tf.where((ids < 0) & (ids >= -rows), ids + rows, ids)
+
+    def _bags(self, inputs, weights, mask):
+        """(ids [N], segment_ids [N] sorted, weights [N] or None, B)."""
+        if isinstance(inputs, tf.RaggedTensor):
+            if inputs.ragged_rank != 1 or inputs.flat_values.shape.rank != 1:
+                raise ValueError(
+                    f"layer {self.name!r}: ragged ids must have shape "
+                    f"[batch, (ids)], got {inputs.shape} with ragged_rank "
+                    f"{inputs.ragged_rank}")
+            self._reject_mask(mask, "a RaggedTensor")
+            ids = inputs.flat_values
+            segment_ids = inputs.value_rowids()
+            num_bags = inputs.nrows()
+            values = None
+            if weights is not None:
+                if not isinstance(weights, tf.RaggedTensor):
+                    raise TypeError(
+                        f"layer {self.name!r}: weights must be a RaggedTensor "
+                        f"like the ids, got {type(weights).__name__}")
+                values = _float_weights(weights.flat_values, self.name)
+                check = tf.debugging.assert_equal(
+                    weights.row_splits,
+                    tf.cast(inputs.row_splits, weights.row_splits.dtype),
+                    message=f"layer {self.name!r}: ragged weights must have "
+                            f"the row lengths of the ids")
+                with tf.control_dependencies([check]):
+                    values = tf.identity(values)
+        elif isinstance(inputs, tf.SparseTensor):
+            if inputs.shape.rank is not None and inputs.shape.rank != 2:
+                raise ValueError(
+                    f"layer {self.name!r}: sparse ids must have shape "
+                    f"[batch, length], got rank {inputs.shape.rank}")
+            self._reject_mask(mask, "a SparseTensor")
+            ids = inputs.values
+            segment_ids = inputs.indices[:, 0]
+            num_bags = inputs.dense_shape[0]
+            values = None
+            if weights is not None:
+                if not isinstance(weights, tf.SparseTensor):
+                    raise TypeError(
+                        f"layer {self.name!r}: weights must be a SparseTensor "
+                        f"like the ids, got {type(weights).__name__}")
+                values = _float_weights(weights.values, self.name)
+                check = tf.debugging.assert_equal(
+                    tf.shape(weights.values), tf.shape(inputs.values),
+                    message=f"layer {self.name!r}: sparse weights must have "
+                            f"one value per id")
+                with tf.control_dependencies([check]):
+                    values = tf.identity(values)
+        else:
+            dense = tf.convert_to_tensor(inputs)
+            if dense.shape.rank != 2:
+                raise ValueError(
+                    f"layer {self.name!r} (combiner={self.combiner!r}) pools "
+                    f"rows of ids: dense ids must be [batch, length], got "
+                    f"shape {dense.shape}")
+            num_bags = tf.shape(dense, out_type=tf.int64)[0]
+            keep = None
+            if mask is not None:
+                mask = tf.convert_to_tensor(mask)
+                if mask.dtype != tf.bool:
+                    mask = tf.not_equal(mask, tf.zeros([], mask.dtype))
+                keep = tf.reshape(tf.broadcast_to(mask, tf.shape(dense)), [-1])
+            # Row b's ids get segment id b; flattening keeps them sorted.
+            segment_ids = tf.reshape(
+                tf.broadcast_to(tf.range(num_bags)[:, None],
+                                tf.shape(dense, out_type=tf.int64)), [-1])
+            ids = tf.reshape(dense, [-1])
+            values = None
+            if weights is not None:
+                if isinstance(weights, (tf.RaggedTensor, tf.SparseTensor)):
+                    raise TypeError(
+                        f"layer {self.name!r}: weights must be a dense "
+                        f"[batch, length] tensor like the ids, got "
+                        f"{type(weights).__name__}")
+                weights = _float_weights(weights, self.name)
+                check = tf.debugging.assert_equal(
+                    tf.shape(weights), tf.shape(dense),
+                    message=f"layer {self.name!r}: weights must have the "
+                            f"shape of the ids")
+                with tf.control_dependencies([check]):
+                    values = tf.reshape(weights, [-1])
+            # Drop masked positions before the ids are checked: padding may
+            # hold any value (-1, say), not only valid ids.
+            if keep is not None:
+                ids = tf.boolean_mask(ids, keep)
+                segment_ids = tf.boolean_mask(segment_ids, keep)
+                if values is not None:
+                    values = tf.boolean_mask(values, keep)
+        if self.mask_zero:
+            # Only 0 is padding, whatever the dtype of the ids.
+            keep = tf.not_equal(ids, tf.zeros([], ids.dtype))
+            ids = tf.boolean_mask(ids, keep)
+            segment_ids = tf.boolean_mask(segment_ids, keep)
+            if values is not None:
+                values = tf.boolean_mask(values, keep)
+        ids = self._valid_ids(ids)
+        return (ids, tf.cast(segment_ids, tf.int64), values,
+                tf.cast(num_bags, tf.int64))
+
+    def _reject_mask(self, mask, kind):
+        if mask is not None:
+            raise ValueError(
+                f"layer {self.name!r}: `mask` is for dense padded ids; "
+                f"{kind} holds only real ids (leave mask=None)")
+
+    def compute_mask(self, inputs, mask=None):
+        """``ids != 0`` with ``mask_zero`` and no combiner (as Keras'
+        Embedding); pooled outputs have no mask."""
+        if not self.mask_zero or self.combiner is not None:
+            return None
+        return keras.ops.not_equal(inputs, 0)
+
+    def compute_output_shape(self, input_shape):
+        """``input_shape + (D,)``, or ``(B, D)`` with a combiner."""
+        if self.combiner is None:
+            return (*input_shape, self.output_dim)
+        return (input_shape[0], self.output_dim)
+
+    def compute_output_spec(self, inputs, weights=None, mask=None):
+        """The symbolic output (for functional models)."""
+        if self.combiner is None and (getattr(inputs, "ragged", False)
+                                      or getattr(inputs, "sparse", False)):
+            raise ValueError(self._no_combiner_message(inputs))
+        return keras.KerasTensor(self.compute_output_shape(inputs.shape),
+                                 dtype=self.compute_dtype)
+
+
+def _check_mode(mode):
+    if mode not in QUANTIZATION_MODES:
+        raise UnsupportedQuantizationModeError(
+            f"CompressedEmbedding quantization mode must be one of "
+            f"{', '.join(repr(m) for m in QUANTIZATION_MODES)}, got {mode!r}")
+    return mode
+
+
+def _mode_name(mode):
+    return "float32" if mode is None else mode
+
+
+def _value_or_zeros(value):
+    if value is None:
+        return "zeros"
+    return lambda shape, dtype=None: value
+
+
+def _integer_ids(ids, layer_name):
+    """int32/int64 ids; whole-number floats are converted, others refused."""
+    if ids.dtype in (tf.int32, tf.int64):
+        return ids
+    if ids.dtype.is_integer:
+        return tf.cast(ids, tf.int64)
+    if ids.dtype.is_floating:
+        as_int = tf.cast(ids, tf.int64)
+        # NaN, fractions and values beyond int64 all fail the round trip.
+        check = tf.debugging.assert_equal(
+            tf.cast(as_int, ids.dtype), ids,
+            message=f"layer {layer_name!r}: ids must be whole numbers, got "
+                    f"{ids.dtype.name} ids with a fractional part (or NaN)")
+        with tf.control_dependencies([check]):
+            return tf.identity(as_int)
+    raise TypeError(f"layer {layer_name!r}: ids must be integers, got "
+                    f"dtype {ids.dtype.name}")
+
+
+def _float_weights(weights, layer_name):
+    weights = tf.convert_to_tensor(weights)
+    if not weights.dtype.is_floating:
+        raise TypeError(f"layer {layer_name!r}: weights must be floating "
+                        f"point, got {weights.dtype.name}")
+    return tf.cast(weights, tf.float32)
+
+
+def _pool(table, ids, segment_ids, weights, combiner, num_segments):
+    """FusedDecodeAxpy's semantics with differentiable stock ops.
+
+    ``tf.gather`` of the table variable makes its gradient IndexedSlices (as
+    for Keras' Embedding); the weights get gradients through the products
+    and sums. Zero denominators give zeros, with zero (not NaN) gradients.
+    """
+    rows = tf.gather(table, ids)
+    if weights is not None:
+        weights = tf.cast(weights, rows.dtype)
+        rows = rows * weights[:, None]
+    total = tf.math.unsorted_segment_sum(rows, segment_ids, num_segments)
+    if combiner == "sum":
+        return total
+    if weights is None:
+        weights = tf.ones(tf.shape(ids), rows.dtype)
+    if combiner == "mean":
+        denom = tf.math.unsorted_segment_sum(weights, segment_ids,
+                                             num_segments)
+    else:
+        squares = tf.math.unsorted_segment_sum(weights * weights, segment_ids,
+                                               num_segments)
+        positive = squares > 0
+        # sqrt's gradient at 0 is infinite: take it only where positive.
+        denom = tf.where(positive,
+                         tf.sqrt(tf.where(positive, squares, 1)), 0)
+    return tf.math.divide_no_nan(total, denom[:, None])
+
+
+__all__ = [
+    "CompressedEmbedding",
+    "UnsupportedQuantizationModeError",
+    "quantize_embeddings",
+]
