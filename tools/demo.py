@@ -112,7 +112,8 @@ def run(args, console, workdir):
     console.print(table)
     console.print("Latency: median over repeats of the mean per-request time; models run "
                   "interleaved in one process. The machine is shared: treat differences "
-                  "under ~10% as noise. Model directories: " + workdir)
+                  "under ~10% as noise."
+                  + (f" Models kept in {workdir}." if args.workdir else ""))
 
 
 if __name__ == "__main__":
