@@ -452,20 +452,10 @@ class CompressedEmbedding(keras.layers.Layer):
             ids = inputs.flat_values
             segment_ids = inputs.value_rowids()
             num_bags = inputs.nrows()
-            values = None
-            if weights is not None:
-                if not isinstance(weights, tf.RaggedTensor):
-                    raise TypeError(
-                        f"layer {self.name!r}: weights must be a RaggedTensor "
-                        f"like the ids, got {type(weights).__name__}")
-                values = _float_weights(weights.flat_values, self.name)
-                check = tf.debugging.assert_equal(
-                    weights.row_splits,
-                    tf.cast(inputs.row_splits, weights.row_splits.dtype),
-                    message=f"layer {self.name!r}: ragged weights must have "
-                            f"the row lengths of the ids")
-                with tf.control_dependencies([check]):
-                    values = tf.identity(values)
+            values = None if weights is None else self._bag_weights(
+                weights, inputs, lambda w: w.flat_values,
+                lambda w: (w.row_splits, tf.cast(inputs.row_splits, w.row_splits.dtype)),
+                "ragged weights must have the row lengths of the ids")
         elif isinstance(inputs, tf.SparseTensor):
             if inputs.shape.rank is not None and inputs.shape.rank != 2:
                 raise ValueError(
@@ -475,19 +465,10 @@ class CompressedEmbedding(keras.layers.Layer):
             ids = inputs.values
             segment_ids = inputs.indices[:, 0]
             num_bags = inputs.dense_shape[0]
-            values = None
-            if weights is not None:
-                if not isinstance(weights, tf.SparseTensor):
-                    raise TypeError(
-                        f"layer {self.name!r}: weights must be a SparseTensor "
-                        f"like the ids, got {type(weights).__name__}")
-                values = _float_weights(weights.values, self.name)
-                check = tf.debugging.assert_equal(
-                    tf.shape(weights.values), tf.shape(inputs.values),
-                    message=f"layer {self.name!r}: sparse weights must have "
-                            f"one value per id")
-                with tf.control_dependencies([check]):
-                    values = tf.identity(values)
+            values = None if weights is None else self._bag_weights(
+                weights, inputs, lambda w: w.values,
+                lambda w: (tf.shape(w.values), tf.shape(inputs.values)),
+                "sparse weights must have one value per id")
         else:
             dense = tf.convert_to_tensor(inputs)
             if dense.shape.rank != 2:
@@ -538,6 +519,18 @@ class CompressedEmbedding(keras.layers.Layer):
         ids = self._valid_ids(ids)
         return (ids, tf.cast(segment_ids, tf.int64), values,
                 tf.cast(num_bags, tf.int64))
+
+    def _bag_weights(self, weights, inputs, flat, same_layout, layout_message):
+        """Per-id weights of ragged or sparse ids: the same type and layout as
+        the ids (checked when the graph runs), as float32 values."""
+        if not isinstance(weights, type(inputs)):
+            raise TypeError(
+                f"layer {self.name!r}: weights must be a {type(inputs).__name__} "
+                f"like the ids, got {type(weights).__name__}")
+        check = tf.debugging.assert_equal(
+            *same_layout(weights), message=f"layer {self.name!r}: {layout_message}")
+        with tf.control_dependencies([check]):
+            return tf.identity(_float_weights(flat(weights), self.name))
 
     def _reject_mask(self, mask, kind):
         if mask is not None:
