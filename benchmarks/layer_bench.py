@@ -1,0 +1,124 @@
+"""The Keras layer against Keras' own: a pooled multi-valued feature.
+
+    python benchmarks/layer_bench.py [--rows 1000000] [--dim 16] [--bags 512] [--ids 20]
+
+Times one pooled lookup, `[bags, ids]` padded ids (id 0 = padding) to `[bags,
+D]` means, in inference (a `tf.function` over the model call), for:
+`keras.layers.Embedding(mask_zero=True)` + `GlobalAveragePooling1D` in FP32
+and after Keras' own `quantize("int8")`, and `tfce.layers.CompressedEmbedding
+(mask_zero=True, combiner="mean")` in FP32, INT8 and FP16. Medians over
+repeats, variants interleaved in one process. Writes results/layer_bench.csv
+and the `layer` section of RESULTS.md.
+"""
+import argparse
+import csv
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tf_compressed_embedding.layers import CompressedEmbedding  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SECTION = "## The Keras layer against Keras' own (`python benchmarks/layer_bench.py`)"
+
+
+def keras_pooled(rows, dim, table, quantize=None):
+    ids = keras.Input((None,), dtype="int64")
+    layer = keras.layers.Embedding(rows, dim, mask_zero=True)
+    model = keras.Model(ids, keras.layers.GlobalAveragePooling1D()(layer(ids)))
+    layer.embeddings.assign(table)
+    if quantize:
+        model.quantize(quantize)
+    return model
+
+
+def tfce_pooled(rows, dim, table, quantize=None):
+    ids = keras.Input((None,), dtype="int64")
+    layer = CompressedEmbedding(rows, dim, mask_zero=True, combiner="mean")
+    model = keras.Model(ids, layer(ids))
+    layer.embeddings.assign(table)
+    if quantize:
+        layer.quantize(quantize)
+    return model
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--dim", type=int, default=16)
+    parser.add_argument("--bags", type=int, default=512)
+    parser.add_argument("--ids", type=int, default=20, help="max ids per bag")
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--calls", type=int, default=50, help="calls per repeat")
+    parser.add_argument("--no-results", action="store_true")
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(0)
+    table = (rng.standard_normal((args.rows, args.dim)) * 0.05).astype(np.float32)
+    lengths = rng.integers(1, args.ids + 1, args.bags)
+    ids = np.zeros((args.bags, args.ids), np.int64)
+    mask = np.arange(args.ids) < lengths[:, None]
+    ids[mask] = rng.integers(1, args.rows, int(mask.sum()))
+    ids = tf.constant(ids)
+    variants = {
+        "keras Embedding + GAP1D fp32": keras_pooled(args.rows, args.dim, table),
+        "keras Embedding + GAP1D int8 (Keras')": keras_pooled(args.rows, args.dim, table,
+                                                              "int8"),
+        "tfce CompressedEmbedding fp32": tfce_pooled(args.rows, args.dim, table),
+        "tfce CompressedEmbedding int8": tfce_pooled(args.rows, args.dim, table, "int8"),
+        "tfce CompressedEmbedding fp16": tfce_pooled(args.rows, args.dim, table, "fp16"),
+    }
+    calls = {name: tf.function(lambda m=model: m(ids, training=False))
+             for name, model in variants.items()}
+    want = calls["keras Embedding + GAP1D fp32"]().numpy()
+    times = {name: [] for name in calls}
+    errors = {name: float(np.abs(fn().numpy() - want).max()) for name, fn in calls.items()}
+    for _ in range(args.repeats):  # interleaved: noise hits every variant alike
+        for name, fn in calls.items():
+            start = time.perf_counter()
+            for _ in range(args.calls):
+                fn()
+            times[name].append((time.perf_counter() - start) / args.calls * 1e3)
+    base = statistics.median(times["keras Embedding + GAP1D fp32"])
+    keras_int8 = statistics.median(times["keras Embedding + GAP1D int8 (Keras')"])
+    rows = [{"variant": name, "ms / call": statistics.median(t),
+             "vs Keras fp32": statistics.median(t) / base,
+             "vs Keras int8": statistics.median(t) / keras_int8,
+             "max |out - Keras fp32|": errors[name]} for name, t in times.items()]
+    lines = [SECTION, "",
+             f"Table {args.rows:,} x {args.dim}, {args.bags} bags of 1-{args.ids} ids "
+             f"(padded with id 0, mask_zero=True), mean pooling, inference in a "
+             f"tf.function; medians of {args.repeats} repeats x {args.calls} calls, "
+             f"variants interleaved.", "",
+             "| variant | ms / call | vs Keras fp32 | vs Keras int8 | max abs diff vs Keras fp32 |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['variant']} | {r['ms / call']:.3f} | {r['vs Keras fp32']:.2f}x | "
+                     f"{r['vs Keras int8']:.2f}x | {r['max |out - Keras fp32|']:.2e} |")
+    section = "\n".join(lines) + "\n"
+    print(section)
+    if args.no_results:
+        return
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", "layer_bench.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    path = os.path.join(HERE, "RESULTS.md")
+    text = open(path).read()
+    if SECTION in text:
+        start = text.index(SECTION)
+        end = text.find("\n## ", start + len(SECTION))
+        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
+    else:
+        text = text.rstrip() + "\n\n" + section
+    open(path, "w").write(text)
+
+
+if __name__ == "__main__":
+    main()
