@@ -22,10 +22,11 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import results_md  # noqa: E402  (beside this script)
 from tf_compressed_embedding.layers import CompressedEmbedding  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SECTION = "## The Keras layer against Keras' own (`python benchmarks/layer_bench.py`)"
+TITLE = "The Keras layer against Keras' own (`python benchmarks/layer_bench.py`)"
 
 
 def keras_pooled(rows, dim, table, quantize=None):
@@ -90,8 +91,7 @@ def main(argv=None):
              "vs Keras fp32": statistics.median(t) / base,
              "vs Keras int8": statistics.median(t) / keras_int8,
              "max |out - Keras fp32|": errors[name]} for name, t in times.items()]
-    lines = [SECTION, "",
-             f"Table {args.rows:,} x {args.dim}, {args.bags} bags of 1-{args.ids} ids "
+    lines = [f"Table {args.rows:,} x {args.dim}, {args.bags} bags of 1-{args.ids} ids "
              f"(padded with id 0, mask_zero=True), mean pooling, inference in a "
              f"tf.function; medians of {args.repeats} repeats x {args.calls} calls, "
              f"variants interleaved.", "",
@@ -101,7 +101,7 @@ def main(argv=None):
         lines.append(f"| {r['variant']} | {r['ms / call']:.3f} | {r['vs Keras fp32']:.2f}x | "
                      f"{r['vs Keras int8']:.2f}x | {r['max |out - Keras fp32|']:.2e} |")
     section = "\n".join(lines) + "\n"
-    print(section)
+    print(f"## {TITLE}\n\n{section}")
     if args.no_results:
         return
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
@@ -109,15 +109,7 @@ def main(argv=None):
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    path = os.path.join(HERE, "RESULTS.md")
-    text = open(path).read()
-    if SECTION in text:
-        start = text.index(SECTION)
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    open(path, "w").write(text)
+    results_md.replace_section("layer", TITLE, section)
 
 
 if __name__ == "__main__":

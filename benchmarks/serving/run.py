@@ -34,9 +34,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import results_md  # noqa: E402  (benchmarks/, put on the path just above)
+
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
-RESULTS_MD = os.path.join(ROOT, "benchmarks", "RESULTS.md")
-SECTION = "## End to end: the ranking model served (`python benchmarks/serving/run.py`)"
+TITLE = "End to end: the ranking model served (`python benchmarks/serving/run.py`)"
 # name -> (source, export dtype, export ops); source "fp32" or "fp32_segment"
 VARIANTS = {
     "FP32 as exported": ("fp32", None, None),
@@ -154,8 +155,7 @@ def markdown(rows, args, features):
                "req/s 1t", "req/s 2t", "model RSS MiB", "RSS / format", "RSS vs FP32",
                "disk MiB", "load s"]
     total = sum(f.rows * f.dim * 4 for f in features) / 2**30
-    lines = [SECTION, "",
-             f"{len(features)} sparse features, {sum(f.rows for f in features):,} rows, "
+    lines = [f"{len(features)} sparse features, {sum(f.rows for f in features):,} rows, "
              f"{total:.2f} GiB of FP32 tables; requests of {args.batch} candidates; "
              f"{args.rounds} rounds x {args.iterations} requests per variant and thread "
              f"count, variants interleaved, each in a fresh harness process (TF's "
@@ -176,17 +176,6 @@ def markdown(rows, args, features):
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "![serving](results/serving.png)", ""]
     return "\n".join(lines)
-
-
-def update_results_md(section):
-    text = open(RESULTS_MD).read() if os.path.exists(RESULTS_MD) else "# Benchmark results\n"
-    if SECTION in text:
-        start = text.index(SECTION)
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    open(RESULTS_MD, "w").write(text.rstrip() + "\n")
 
 
 def chart(rows, path):
@@ -249,7 +238,7 @@ def main(argv=None):
         runs = serve_all(args, features)
     rows = summarize(runs, args.workdir, features, reports)
     section = markdown(rows, args, features)
-    print(section)
+    print(f"## {TITLE}\n\n{section}")
     if not args.no_results:
         os.makedirs(RESULTS, exist_ok=True)
         with open(os.path.join(RESULTS, "serving.csv"), "w", newline="") as f:
@@ -259,7 +248,7 @@ def main(argv=None):
         if not args.report_only:
             json.dump(runs, open(os.path.join(RESULTS, "serving_raw.json"), "w"), indent=1)
         chart(rows, os.path.join(RESULTS, "serving.png"))
-        update_results_md(section)
+        results_md.replace_section("serving", TITLE, section)
 
 
 if __name__ == "__main__":
