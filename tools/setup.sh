@@ -12,6 +12,9 @@ if ! "$PYTHON" -c "import tensorflow" >/dev/null 2>&1; then
   "$PYTHON" -m pip install -q "tensorflow-cpu==2.21.0"
 fi
 "$PYTHON" -m pip install -q "setuptools>=64" wheel rich pytest
+# Tests only: run the example notebook (nbclient + a Jupyter kernel) and fuzz
+# the ops (atheris).
+"$PYTHON" -m pip install -q nbclient nbformat ipykernel atheris
 # Tests only: TF Serving's protos, to parse the warmup requests the export tool
 # writes. --no-deps: it requires `tensorflow`, which would pull a second TF.
 "$PYTHON" -m pip install -q --no-deps "tensorflow-serving-api==2.21.0"
