@@ -184,7 +184,8 @@ def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=
 
     parent = os.path.dirname(os.path.abspath(dst))
     os.makedirs(parent, exist_ok=True)
-    workdir = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.tfce-", dir=parent)
+    _remove_stale_workdirs(dst, progress)
+    workdir = tempfile.mkdtemp(prefix=_workdir_prefix(dst, os.getpid()), dir=parent)
     try:
         out = os.path.join(workdir, "model")
         # Inputs are derived from the source graphs, before the rewrite edits them.
@@ -313,6 +314,36 @@ def _feeds(analyses, chosen, examples):
         bounds = verification.id_bounds(analysis, rows)
         feeds[analysis.key] = verification.generate_inputs(analysis, bounds)
     return feeds
+
+
+def _workdir_prefix(dst, pid):
+    # The owner's pid is in the name, so a later run can tell a killed
+    # export's leftovers from a running export's work.
+    return f".{os.path.basename(os.path.abspath(dst))}.tfce-{pid}-"
+
+
+def _remove_stale_workdirs(dst, progress):
+    """Removes what exports to `dst` killed before their cleanup (SIGKILL,
+    power loss) left beside it; directories of live exports are kept."""
+    parent = os.path.dirname(os.path.abspath(dst))
+    stem = _workdir_prefix(dst, "")[:-1]  # without the pid and its dash
+    for name in os.listdir(parent):
+        pid = name[len(stem):].split("-", 1)[0]
+        if not (name.startswith(stem) and pid.isdigit()) or _alive(int(pid)):
+            continue
+        progress.warn(f"removing {os.path.join(parent, name)}, left by an "
+                      f"export (pid {pid}) that was killed")
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def _move_into_place(out, dst):
