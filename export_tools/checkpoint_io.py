@@ -137,11 +137,21 @@ class CheckpointReader:
         except Exception as e:  # noqa: BLE001 - TF raises several types here
             raise ExportError(f"cannot open the checkpoint {prefix}: "
                               f"{str(e).splitlines()[0]}")
+        shard_bytes = {}
         for key, entry in self.entries.items():
             path = self._shard_path(entry.shard_id)
             if entry.size and not os.path.exists(path):
                 raise ExportError(f"checkpoint shard {path} (holding {key!r}) "
                                   f"is missing")
+            if path not in shard_bytes and os.path.exists(path):
+                shard_bytes[path] = os.path.getsize(path)
+            # Checked up front: TF's reader fails on a short shard with an
+            # IndexError, and only once the tensor is read.
+            if entry.size and entry.offset + entry.size > shard_bytes[path]:
+                raise ExportError(
+                    f"checkpoint shard {path} is truncated: {key!r} needs bytes "
+                    f"[{entry.offset}, {entry.offset + entry.size}) of a "
+                    f"{shard_bytes[path]}-byte file")
 
     def _shard_path(self, shard_id):
         return f"{self.prefix}.data-{shard_id:05d}-of-{self.num_shards:05d}"

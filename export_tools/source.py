@@ -124,8 +124,26 @@ class SourceModel:
             if not name or re.fullmatch(r"Variable(_\d+)?", name):
                 # An unnamed tf.Variable: its object path says more.
                 name = key.split("/.ATTRIBUTES/")[0]
-            locations.append(self.checkpoint.location(key, name))
+            location = self.checkpoint.location(key, name)
+            self._check_declared(location, nodes[node_id].variable)
+            locations.append(location)
         return locations
+
+    @staticmethod
+    def _check_declared(location, saved_variable):
+        """Refuses a checkpoint tensor whose dtype or shape is not the one the
+        graph declares for its variable (TF would fail at restore, or a
+        kernel would read the tensor as the wrong type)."""
+        declared_dtype = tf.as_dtype(saved_variable.dtype)
+        declared = tf.TensorShape(saved_variable.shape)
+        if declared_dtype != location.dtype or not declared.is_compatible_with(
+                location.shape):
+            raise ExportError(
+                f"variable {location.name!r} is declared {declared_dtype.name}"
+                f"{declared.as_list() if declared.rank is not None else '[?]'} in the "
+                f"graph but stored as {location.dtype.name}{list(location.shape)} "
+                f"in the checkpoint (key {location.key!r}): the SavedModel is "
+                f"inconsistent")
 
     def tf1_location(self, op_name):
         """The checkpoint location of TF1 variable `op_name` (a partition maps

@@ -96,6 +96,12 @@ def test_destination_inside_source_refused(lookups_model):
     ("corrupt_pb", "saved_model.pb is corrupt"),
     ("no_index", "variables.index is missing"),
     ("no_shard", "is missing"),
+    ("truncated_pb", "saved_model.pb is corrupt"),
+    ("truncated_shard", "is truncated"),
+    ("shape_mismatch", r"'ctx' is declared float32\[28, 4\] in the graph but "
+                       r"stored as float32\[29, 4\]"),
+    ("dtype_mismatch", r"'ctx' is declared float32\[28, 4\] in the graph but "
+                       r"stored as float64\[28, 4\]"),
     ("not_a_dir", "no such directory"),
 ])
 def test_broken_sources_refused(lookups_model, tmp_path, damage, message):
@@ -112,11 +118,41 @@ def test_broken_sources_refused(lookups_model, tmp_path, damage, message):
         for name in os.listdir(variables):
             if ".data-" in name:
                 os.remove(variables / name)
+    elif damage == "truncated_pb":
+        data = (src / "saved_model.pb").read_bytes()
+        (src / "saved_model.pb").write_bytes(data[:len(data) // 2])
+    elif damage == "truncated_shard":
+        for name in os.listdir(variables):
+            if ".data-" in name:
+                data = (variables / name).read_bytes()
+                (variables / name).write_bytes(data[:len(data) // 2])
+    elif damage.endswith("_mismatch"):
+        _rewrite_checkpoint_tensor(str(variables / "variables"), "tables/ctx/",
+                                   damage == "shape_mismatch")
     else:
         src = tmp_path / "nowhere"
     with pytest.raises(ExportError, match=message):
         compress_saved_model(str(src), str(tmp_path / "dst"), min_rows=1)
     assert not os.path.exists(tmp_path / "dst")
+
+
+def _rewrite_checkpoint_tensor(prefix, key_prefix, add_row):
+    """Rewrites checkpoint `prefix` with the tensor under `key_prefix` given
+    one more row (add_row) or stored as float64: a checkpoint that no longer
+    matches the variable its graph declares."""
+    reader = tf.train.load_checkpoint(prefix)
+    keys = sorted(reader.get_variable_to_shape_map())
+    tensors = []
+    for key in keys:
+        value = reader.get_tensor(key)
+        if key.startswith(key_prefix):
+            value = (np.concatenate([value, value[:1]]) if add_row
+                     else value.astype(np.float64))
+        tensors.append(tf.constant(value))
+    for name in os.listdir(os.path.dirname(prefix)):
+        os.remove(os.path.join(os.path.dirname(prefix), name))
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=keys,
+                      shape_and_slices=[""] * len(keys), tensors=tensors)
 
 
 def _fail(*args, **kwargs):
