@@ -19,7 +19,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from export_tools import output_model, verify as verification, warmup
+from export_tools import output_model, probe, verify as verification, warmup
 from export_tools.errors import ExportError
 from export_tools.report import ExportReport, directory_bytes
 from export_tools.signature_rewrite import analyze, rewrite
@@ -131,7 +131,7 @@ def choose_tables(analyses, tables, keep, min_rows, progress):
 def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=None,
                          min_rows=DEFAULT_MIN_ROWS, signatures=None, chunk_rows=None,
                          overwrite=False, verify=True, examples=None, report=None,
-                         progress=None):
+                         progress=None, isolate=True):
     """Writes a copy of SavedModel `src` to `dst` with its FP32 embedding tables
     stored as `dtype` ("int8" with per-row scales, or "fp16").
 
@@ -149,6 +149,9 @@ def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=
       examples: {signature: {input: array}} to verify on (default: generated).
       report: path of a JSON report to write.
       progress: a `Progress` receiving callbacks.
+      isolate: first read `src` with TensorFlow in a child process, so that
+        a model that crashes TF's loader is an ExportError, not a crash
+        (costs a few seconds; turn off only for trusted models).
     Returns:
       An `ExportReport`.
     Raises:
@@ -163,6 +166,8 @@ def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=
             raise ExportError(f"--ops fused needs the op library: {e}")
     result = ExportReport(os.path.abspath(src), os.path.abspath(dst), dtype, ops)
     progress.stage(f"reading {src}")
+    if isolate:
+        probe.check_loadable(src)
     source = SourceModel(src)
     keys = source.signature_keys()
     if signatures is not None:

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import export_models
-from export_tools import ExportError, compress, compress_saved_model, verify
+from export_tools import ExportError, compress, compress_saved_model, probe, verify
 from test_export import tree_digest
 
 CLI = [sys.executable, "-m", "export_tools"]
@@ -134,6 +134,26 @@ def test_broken_sources_refused(lookups_model, tmp_path, damage, message):
     with pytest.raises(ExportError, match=message):
         compress_saved_model(str(src), str(tmp_path / "dst"), min_rows=1)
     assert not os.path.exists(tmp_path / "dst")
+
+
+def test_tensorflow_dying_on_the_source_is_a_clear_error(lookups_model, tmp_path,
+                                                         monkeypatch):
+    # What a CHECK failure in TF's loader looks like from outside: the child
+    # reading the model dies with SIGABRT.
+    monkeypatch.setattr(probe, "PROBE_COMMAND",
+                        [sys.executable, "-c", "import os; os.abort()"])
+    digest = tree_digest(lookups_model.path)
+    with pytest.raises(ExportError, match=r"TensorFlow aborted while reading .* "
+                                          r"\(SIGABRT\): the SavedModel is corrupt"):
+        compress_saved_model(lookups_model.path, str(tmp_path / "dst"), min_rows=1)
+    assert os.listdir(tmp_path) == []
+    assert tree_digest(lookups_model.path) == digest
+
+
+def test_probe_reads_a_good_model_and_leaves_refusals_to_the_export(lookups_model,
+                                                                    tmp_path):
+    probe.check_loadable(lookups_model.path)  # no error
+    probe.check_loadable(str(tmp_path / "nowhere"))  # refused by the parent instead
 
 
 def _rewrite_checkpoint_tensor(prefix, key_prefix, add_row):
