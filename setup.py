@@ -10,9 +10,15 @@ ISA flags are given per file (kernel files only), never globally: a global
 -mavx2 lets the compiler put AVX2 into code that runs at load time, which
 kills the process with SIGILL on CPUs without it.
 
-Set TFCE_SANITIZE=1 to build the library with ASan+UBSan (for tests).
+Set TFCE_SANITIZE=1 to build the library with ASan+UBSan (for tests);
+tools/sanitize.sh builds it that way into build/asan/ (`setup.py build_ext
+--build-lib --build-temp`, leaving the in-place `_ops.so` alone) and runs the
+op tests on it. GCC cannot compile TF's headers with UBSan's null checks
+(see TF_HEADER_SANITIZER_FLAGS), so files that include them build without
+those three checks; the TF-free files (the kernels) get every check.
 """
 import os
+import re
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -38,8 +44,28 @@ OP_LIBRARY_SOURCES = {
 # The export tool's streaming checkpoint writer (a C shim over TF's BundleWriter).
 BUNDLE_WRITER_SOURCES = {"export_tools/native/bundle_writer.cc": []}
 
+# -fno-wrapv undoes the -fwrapv that Python's own CFLAGS put on every build_ext
+# compile: under it signed overflow is defined, and UBSan would not check it
+# (the Bazel build has no -fwrapv).
 SANITIZER_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
-                   "-fno-sanitize-recover=undefined"]
+                   "-fno-sanitize-recover=undefined", "-fno-wrapv"]
+# GCC 12 implies -fno-delete-null-pointer-checks under these three UBSan
+# checks, and then `&function == nullptr` is not a constant expression, which
+# Abseil's hash_policy_traits.h (in TF's headers) needs: the compile fails
+# with "is not a constant expression". Only files that include TF's headers
+# drop them; ASan still reports a null dereference there.
+TF_HEADER_SANITIZER_FLAGS = [
+    "-fno-sanitize=null,nonnull-attribute,returns-nonnull-attribute"]
+_QUOTED_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def includes_tf_headers(path):
+    """Whether `path` includes, directly or through our headers (found from
+    the source root, as -I. does), a header that is not ours: TF's."""
+    with open(path) as f:
+        included = _QUOTED_INCLUDE.findall(f.read())
+    return any(not os.path.isfile(h) or includes_tf_headers(h)
+               for h in included)
 
 
 class BuildOpLibrary(build_ext):
@@ -57,11 +83,14 @@ class BuildOpLibrary(build_ext):
             f'-DTFCE_TF_VERSION="{tf.__version__}"',
         ]
         link = tf.sysconfig.get_link_flags() + ["-Wl,--no-undefined"]
-        if os.environ.get("TFCE_SANITIZE") == "1":
+        sanitize = os.environ.get("TFCE_SANITIZE") == "1"
+        if sanitize:
             common += SANITIZER_FLAGS
             link += SANITIZER_FLAGS
         objects = []
         for source, flags in ext.extra_per_file_flags.items():
+            if sanitize and includes_tf_headers(source):
+                flags = flags + TF_HEADER_SANITIZER_FLAGS
             objects += self.compiler.compile(
                 [source], output_dir=self.build_temp,
                 extra_postargs=common + flags, depends=ext.depends)

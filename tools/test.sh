@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: pip build, Bazel build + Bazel tests, the op tests on
-# the Bazel-built library, then every pytest test on the pip-built library.
+# the Bazel-built library and on an ASan+UBSan build (every kernel row), the
+# wheel in a fresh venv, then every pytest test on the pip-built library.
 # Installs what it needs (see tools/setup.sh, tools/bazelisk_offline.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,9 @@ TFCE_OPS_LIBRARY="$PWD/bazel-bin/kernels/_ops.so" "$PYTHON" -m pytest -q \
   -p no:cacheprovider tests/python/test_lookup_op.py \
   tests/python/test_fused_decode_axpy_op.py tests/python/test_sparse_api.py \
   tests/python/test_savedmodel.py
+
+echo "== op tests on an ASan+UBSan build of the library, every kernel row"
+bash tools/sanitize.sh
 
 echo "== a non-editable install: build the wheel, install it in a fresh venv"
 wheel_dir=$(mktemp -d)
