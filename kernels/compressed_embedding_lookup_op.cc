@@ -33,8 +33,11 @@ class CompressedEmbeddingLookupOp : public OpKernel {
     TableView view;
     OP_REQUIRES_OK(ctx, MakeTableView(table, scales, &view));
 
-    TensorShape out_shape = ids.shape();
-    OP_REQUIRES_OK(ctx, out_shape.AddDimWithStatus(view.dim));
+    TensorShape out_shape;
+    OP_REQUIRES_OK(ctx, OutputShape(ids.shape(), view.dim, "ids", &out_shape));
+    if (out_shape.num_elements() > kValidateFirstElements) {
+      OP_REQUIRES_OK(ctx, CheckIds(ids, view.rows, nullptr));
+    }
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
     const int64_t num_ids = ids.NumElements();

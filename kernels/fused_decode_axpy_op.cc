@@ -114,6 +114,13 @@ absl::Status SegmentOffsets(const Tensor& segment_ids, int64_t num_segments,
   return absl::OkStatus();
 }
 
+absl::Status ValidateSegmentIds(const Tensor& segment_ids,
+                                int64_t num_segments) {
+  return segment_ids.dtype() == tensorflow::DT_INT32
+             ? SegmentOffsets<int32_t>(segment_ids, num_segments, nullptr)
+             : SegmentOffsets<int64_t>(segment_ids, num_segments, nullptr);
+}
+
 class FusedDecodeAxpyOp : public OpKernel {
  public:
   explicit FusedDecodeAxpyOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -156,8 +163,12 @@ class FusedDecodeAxpyOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ReadNumSegments(ctx->input(5), &num_segments));
 
     TensorShape out_shape;
-    OP_REQUIRES_OK(ctx, out_shape.AddDimWithStatus(num_segments));
-    OP_REQUIRES_OK(ctx, out_shape.AddDimWithStatus(view.dim));
+    OP_REQUIRES_OK(ctx, OutputShape(TensorShape({num_segments}), view.dim,
+                                    "num_segments", &out_shape));
+    if (out_shape.num_elements() > kValidateFirstElements) {
+      OP_REQUIRES_OK(ctx, ValidateSegmentIds(segment_ids, num_segments));
+      OP_REQUIRES_OK(ctx, CheckIds(ids, view.rows, &segment_ids));
+    }
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
 

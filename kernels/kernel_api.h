@@ -12,7 +12,11 @@
 //              acc[:] = 0;  wsum = 0;  w2sum = 0
 //              for i in [bag_offsets[b], bag_offsets[b+1]):
 //                w = weights ? weights[i] : 1
-//                acc[:] += w * decode(ids[i])        (decoded row never stored)
+//                acc[:] += (w * scale(ids[i])) * value(ids[i])[:]
+//                          (= w * decode(ids[i]) up to rounding; the weight
+//                          is folded into the scale, 1 for fp16, so every
+//                          row agrees where a product overflows; the decoded
+//                          row is never stored)
 //                wsum += w;  w2sum += w * w
 //              denom = 1 (sum) | wsum (mean) | sqrt(w2sum) (sqrtn)
 //              out[b][:] = denom == 0 ? 0 : acc[:] / denom

@@ -19,20 +19,23 @@ inline bool InRange(int64_t id, int64_t rows) {
   return static_cast<uint64_t>(id) < static_cast<uint64_t>(rows);
 }
 
+// A row decodes as Value(d) * Scale(): the stored value times the row's
+// scale (1 for fp16, where the multiply is exact).
 struct Int8Row {
-  static float Decode(const TableView& t, int64_t row, int64_t d) {
-    const int8_t* q = static_cast<const int8_t*>(t.data) + row * t.dim;
-    return static_cast<float>(q[d]) * t.scales[row];
+  static float Value(const TableView& t, int64_t row, int64_t d) {
+    return static_cast<float>(static_cast<const int8_t*>(t.data)[row * t.dim + d]);
   }
+  static float Scale(const TableView& t, int64_t row) { return t.scales[row]; }
 };
 
 struct Fp16Row {
-  static float Decode(const TableView& t, int64_t row, int64_t d) {
+  static float Value(const TableView& t, int64_t row, int64_t d) {
     const char* h = static_cast<const char*>(t.data) + 2 * (row * t.dim + d);
     uint16_t bits;
     std::memcpy(&bits, h, 2);  // no alignment assumed
     return HalfBitsToFloat(bits);
   }
+  static float Scale(const TableView&, int64_t) { return 1.0f; }
 };
 
 template <typename Row, typename Index>
@@ -43,7 +46,8 @@ bool LookupImpl(const LookupArgs& a) {
     const int64_t id = static_cast<int64_t>(ids[i]);  // read once, then use
     if (!InRange(id, a.table.rows)) return false;
     float* out = a.out + i * dim;
-    for (int64_t d = 0; d < dim; ++d) out[d] = Row::Decode(a.table, id, d);
+    const float scale = Row::Scale(a.table, id);
+    for (int64_t d = 0; d < dim; ++d) out[d] = Row::Value(a.table, id, d) * scale;
   }
   return true;
 }
@@ -61,8 +65,12 @@ bool PoolImpl(const PoolArgs& a) {
       const int64_t id = static_cast<int64_t>(ids[i]);
       if (!InRange(id, a.table.rows)) return false;
       const float w = a.weights ? a.weights[i] : 1.0f;
+      // The weight is folded into the scale: one multiply per value, and
+      // where w * scale or a decoded value overflows float32 the pooled
+      // result is the same on every row of kernels (SIMD ones fold too).
+      const float factor = w * Row::Scale(a.table, id);
       for (int64_t d = 0; d < dim; ++d) {
-        out[d] = out[d] + w * Row::Decode(a.table, id, d);
+        out[d] = out[d] + factor * Row::Value(a.table, id, d);
       }
       wsum = wsum + w;
       w2sum = w2sum + w * w;

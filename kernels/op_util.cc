@@ -5,6 +5,7 @@
 
 #include "tensorflow/core/framework/bounds_check.h"
 #include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/util/overflow.h"
 #include "tensorflow/core/util/util.h"
 #include "tensorflow/core/util/work_sharder.h"
 
@@ -100,6 +101,19 @@ absl::Status GetKernels(const KernelSet** kernels) {
   *kernels = SelectedKernels(&error);
   if (*kernels == nullptr) return absl::InvalidArgumentError(error);
   return absl::OkStatus();
+}
+
+absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
+                         const char* inputs, tensorflow::TensorShape* shape) {
+  // Checked here, not left to AddDimWithStatus, whose overflow message
+  // names no input.
+  if (tensorflow::MultiplyWithoutOverflow(outer.num_elements(), dim) < 0) {
+    return InvalidArgument("the output shape ", outer.DebugString(), " + [",
+                           dim, "] has more elements than int64 can count: ",
+                           inputs, " or the table's dim is too large");
+  }
+  *shape = outer;
+  return shape->AddDimWithStatus(dim);
 }
 
 void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,

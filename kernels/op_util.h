@@ -34,6 +34,16 @@ absl::Status MakeTableView(const tensorflow::Tensor& table,
 absl::Status CheckIds(const tensorflow::Tensor& ids, int64_t rows,
                       const tensorflow::Tensor* segment_ids);
 
+// Outputs of more elements than this are allocated only once ids (and segment
+// ids) are known to be valid: a bad request must not cost that much memory,
+// nor be reported as out of memory instead of naming the bad input.
+constexpr int64_t kValidateFirstElements = int64_t{16} << 20;  // 64 MiB
+
+// `outer` + [dim] as *shape, or an InvalidArgument naming `inputs` (the
+// inputs that set the outer dims) when its element count overflows int64.
+absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
+                         const char* inputs, tensorflow::TensorShape* shape);
+
 // CheckIds after a kernel reported a bad id: never returns OK.
 absl::Status BadIdError(const tensorflow::Tensor& ids, int64_t rows,
                         const tensorflow::Tensor* segment_ids);

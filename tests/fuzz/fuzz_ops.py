@@ -1,0 +1,769 @@
+"""Atheris fuzzer for the raw ops CompressedEmbeddingLookup, FusedDecodeAxpy.
+
+In the style of tensorflow/security/fuzzing/*_fuzz.py. One byte of an input
+picks the op, the rest draws its inputs: int8 (+ float32 scales) or
+float16 tables, small shapes (<= 8, sometimes up to 40 or 64/128/129/257 to
+reach the SIMD tails and the fixed-dim paths), int32/int64 ids with
+negatives, V and int extremes, sorted and unsorted segment ids, weights and
+scales with NaN/Inf/subnormals/huge values, every num_segments from negative
+to 2**63 - 1, all combiners, empty inputs, mismatched lengths, wrong ranks and
+wrong dtypes.
+
+An independent numpy model (`expect`) decides, before looking at the op's
+answer, whether the call is valid. `check` then allows exactly:
+  * valid call: a float32 result equal to the numpy result (lookup: bit
+    for bit, up to NaN payloads and TF's FTZ/DAZ; pool: within the float32
+    accumulation bound of `pool_bound`). An error is a finding.
+  * invalid call: tf.errors.InvalidArgumentError whose message names one of
+    the invalid inputs (for a wrong dtype, TF's own InvalidArgumentError /
+    ValueError / TypeError naming the input, its type attr or its dtype).
+    A result is a finding.
+  * valid call whose output cannot exist (2**60 bytes or more):
+    ResourceExhaustedError.
+Anything else (another exception, a wrong value or shape, a crash, a hang)
+is reported by atheris with the case printed in the exception.
+
+The op never gets a valid request for a large output: `safe_num_segments`
+keeps every valid output under MAX_OUTPUT_BYTES, while huge num_segments
+still reach the op with zero-width tables, with invalid inputs and as outputs
+that cannot be allocated at all.
+
+Only this file's drawing and oracle code is coverage-instrumented (the op
+library is not built with -fsanitize=fuzzer, and instrumenting all of
+TensorFlow's Python makes every run slower); the fuzzer is mostly a random
+generator steered by which validity and numeric branches an input reaches.
+
+Usage (the kernel row is fixed per process by TFCE_ISA, set before import;
+`tf_compressed_embedding.supported_isas()` lists this CPU's rows):
+
+  # bounded CI run, every row: tests/python/test_fuzz.py
+  TFCE_FUZZ_SECONDS=12 pytest -s tests/python/test_fuzz.py
+
+  # longer run on one row, corpus and crash files under /tmp
+  mkdir -p /tmp/tfce_fuzz/corpus
+  TFCE_ISA=avx2 python tests/fuzz/fuzz_ops.py \
+      -max_total_time=3600 -rss_limit_mb=4096 \
+      -artifact_prefix=/tmp/tfce_fuzz/avx2- /tmp/tfce_fuzz/corpus
+
+  # reproduce a crash file: runs that one input and prints the case
+  TFCE_ISA=avx2 python tests/fuzz/fuzz_ops.py /tmp/tfce_fuzz/avx2-crash-<sha1>
+
+RSS grows by a few hundred bytes a run: TF's eager runtime keeps about 0.7 KB
+per failed op call (tf.gather with a bad index too), hence the higher
+-rss_limit_mb for hour-long runs.
+
+Env: TFCE_FUZZ_STATS=<path> makes the fuzzer write its counters (runs, op
+calls, results and errors checked, elements compared) as JSON every second.
+
+Findings so far, all fixed in the ops, with regression tests in
+tests/python/test_fuzz.py (REPRODUCERS): an output element count beyond int64
+gave TF's overflow error naming no input; bad ids or segment ids with a huge
+output were found only after allocating it (ResourceExhausted, gigabytes
+touched); the SIMD rows folded the weight into the int8 scale and the
+reference did not, so they disagreed where a product overflows float32.
+"""
+import dataclasses
+import json
+import os
+import re
+import sys
+import time
+
+# Before TensorFlow loads, and only when fuzzing (an importer keeps its
+# environment). TF logs a long allocator report on every ResourceExhausted,
+# which would flood the fuzzer's output. And with oneDNN on, TF's CPU
+# allocator retries a failed allocation for 10 s before reporting it; the
+# plain allocator fails at once, and the ops under test behave the same on
+# both.
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+import atheris  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tf_compressed_embedding as tfce  # noqa: E402
+from tf_compressed_embedding import _loader  # noqa: E402
+
+OPS = _loader.ops()  # raw ops are on the loaded library, not tf.raw_ops
+ISA = tfce.active_isa()  # the kernel row of this process (TFCE_ISA)
+
+F32 = np.finfo(np.float32)
+FLT_MAX = float(F32.max)
+FLT_MIN = float(F32.tiny)  # smallest normal; TF runs kernels with FTZ/DAZ
+EPS32 = float(F32.eps)
+
+MAX_OUTPUT_BYTES = 1 << 20  # largest output (plus offsets) a valid call gets
+# An allocation this large fails on any 64-bit machine (user address space
+# is at most 2**47 or 2**56 bytes), even with memory overcommit on.
+UNALLOCATABLE_BYTES = 1 << 60
+# Output dims whose float32 bytes are >= 2**60 (or whose element count
+# overflows int64 with a second such dim or > 1 id); numpy can still hold an
+# empty int8 table [0, d] of each, and a float16 one if d < 2**62.
+HUGE_DIMS = (1 << 58, (1 << 62) - 1, (1 << 63) - 1)
+
+COMBINERS = ("sum", "mean", "sqrtn")
+SPECIAL_FLOATS = np.array(
+    [0.0, -0.0, 1.0, -1.0, 0.5, np.nan, np.inf, -np.inf, 1e-40, -1e-45,
+     FLT_MIN, 1e-20, 1e20, 1e30, FLT_MAX, -FLT_MAX], np.float32)
+
+# Allowed dtypes of each input, and how TF names the input in a dtype error
+# (its type attr, or its position for fixed float32 inputs).
+INPUT_DTYPES = {
+    "table": ((np.int8, np.float16), "attr 'T'"),
+    "scales": ((np.float32,), "input #1"),
+    "ids": ((np.int32, np.int64), "attr 'Tidx'"),
+    "segment_ids": ((np.int32, np.int64), "attr 'Tseg'"),
+    "weights": ((np.float32,), "input #4"),
+    "num_segments": ((np.int32, np.int64), "attr 'Tnumsegments'"),
+}
+WRONG_DTYPES = {
+    "table": (np.int16, np.uint8, np.float32),
+    "scales": (np.float16, np.float64),
+    "ids": (np.uint8, np.int16, np.float32),
+    "segment_ids": (np.int16, np.float64),
+    "weights": (np.float64, np.int32),
+    "num_segments": (np.uint64, np.float32),
+}
+
+class Finding(AssertionError):
+    """The op's outcome is not one the oracle allows for this case."""
+
+
+@dataclasses.dataclass(eq=False)  # holds arrays: compare by identity
+class Case:
+    """One raw-op call: the op's name, its inputs (numpy arrays in the op's
+    input order, dtypes exactly as passed) and, for the pool, the combiner."""
+    op: str
+    inputs: dict
+    combiner: str = "sum"
+
+    def describe(self):
+        lines = [f"op={self.op} isa={ISA}"
+                 + (f" combiner={self.combiner!r}"
+                    if self.op == "FusedDecodeAxpy" else "")]
+        for name, value in self.inputs.items():
+            text = np.array2string(value, threshold=2000, max_line_width=120,
+                                   floatmode="unique")
+            lines.append(f"{name}: {value.dtype} {value.shape} = {text}")
+        return "\n".join(lines)
+
+
+STATS = {"runs": 0, "op_calls": {}, "results_checked": 0,
+         "errors_checked": 0, "too_big_checked": 0, "elements_compared": 0,
+         "elements_unchecked": 0}
+_STATS_PATH = os.environ.get("TFCE_FUZZ_STATS")
+_last_stats_write = 0.0
+
+
+def write_stats(force=False):
+    """Writes STATS to TFCE_FUZZ_STATS about once a second: libFuzzer ends
+    the process with exit(), so there is no Python shutdown hook to rely on."""
+    global _last_stats_write
+    now = time.monotonic()
+    if _STATS_PATH is None or (not force and now - _last_stats_write < 1.0):
+        return
+    _last_stats_write = now
+    tmp = _STATS_PATH + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({**STATS, "isa": ISA}, f)
+    os.replace(tmp, _STATS_PATH)
+
+
+# ------------------------------------------------------------------ drawing
+
+
+# Every draw maps the bytes an exhausted input yields (zeros) to its common,
+# valid choice, so short inputs make valid calls.
+#
+# atheris traces each comparison in an instrumented function and leaks about
+# 100 bytes per comparison of numpy arrays, so those functions compare arrays
+# only with ufuncs (np.less, np.equal) or in uninstrumented helpers.
+
+
+@atheris.instrument_func
+def draw_size(fdp, allow_special=False):
+    """Mostly 1..8; sometimes 0, 9..40 (SIMD tails), or with allow_special
+    64..257 (the fixed-dim kernels; as a count of ids, enough work for the
+    op to shard it over threads)."""
+    kind = fdp.ConsumeIntInRange(0, 15)
+    if kind < 12:
+        return 1 + fdp.ConsumeIntInRange(0, 7)
+    if kind == 12:
+        return 0
+    if kind < 15 or not allow_special:
+        return fdp.ConsumeIntInRange(9, 40)
+    return fdp.PickValueInList([64, 128, 129, 257])
+
+
+def draw_floats(fdp, n, extreme):
+    """n float32 values in [-4, 4]; with `extreme`, about half are specials."""
+    values = np.array(fdp.ConsumeIntListInRange(n, -512, 512),
+                      np.float32).reshape(n) / np.float32(128)
+    if extreme:
+        picks = np.array(fdp.ConsumeIntListInRange(
+            n, 0, 2 * len(SPECIAL_FLOATS) - 1), np.int64).reshape(n)
+        special = picks < len(SPECIAL_FLOATS)
+        values[special] = SPECIAL_FLOATS[picks[special]]
+    return values
+
+
+def draw_array(fdp, dtype, shape, extreme=False):
+    """An array of any dtype the fuzzer uses, filled from fdp."""
+    n = int(np.prod(shape, dtype=np.int64))
+    dtype = np.dtype(dtype)
+    if dtype == np.float16 and extreme:  # any bits: NaN, Inf, subnormals
+        bits = np.array(fdp.ConsumeIntListInRange(n, 0, 0xFFFF), np.uint16)
+        return bits.reshape(shape).view(np.float16)
+    if dtype == np.float16:  # exactly representable small values
+        return (np.array(fdp.ConsumeIntListInRange(n, -2048, 2048),
+                         np.float16) / np.float16(64)).reshape(shape)
+    if dtype.kind == "f":
+        return draw_floats(fdp, n, extreme).astype(dtype).reshape(shape)
+    if dtype == np.int8 and extreme:  # zeros (0 * Inf) and the extremes
+        picks = np.array(fdp.ConsumeIntListInRange(n, 0, 7), np.int64)
+        return np.array([0, 0, 1, -1, 127, -127, -128, 64],
+                        np.int8)[picks].reshape(shape)
+    info = np.iinfo(dtype)
+    low, high = max(int(info.min), -128), min(int(info.max), 127)
+    return np.array(fdp.ConsumeIntListInRange(n, low, high),
+                    dtype).reshape(shape)
+
+
+def out_of_range(limit, dtype):
+    """Values of an integer dtype outside [0, limit): just outside, the
+    extremes, and 2**32 + k (valid if truncated to 32 bits)."""
+    info = np.iinfo(dtype)
+    candidates = [-1, -2, limit, limit + 1, int(info.min), int(info.max),
+                  1 << 31, -(1 << 31) - 1, 1 << 32, (1 << 32) + 1,
+                  (1 << 32) + limit - 1, -(1 << 32) + 1, 1 << 62]
+    return [v for v in candidates
+            if info.min <= v <= info.max and not 0 <= v < limit]
+
+
+@atheris.instrument_func
+def draw_indices(fdp, n, limit, dtype):
+    """n indices for [0, limit); in some cases some are out of range."""
+    values = np.array(fdp.ConsumeIntListInRange(n, 0, max(limit - 1, 0)),
+                      np.int64).reshape(n)
+    bad_rate = fdp.ConsumeIntInRange(0, 15)
+    bad_rate = 0 if bad_rate < 13 else 2 * (bad_rate - 12)  # of 16 per id
+    picks = np.array(fdp.ConsumeIntListInRange(n, 0, 15), np.int64).reshape(n)
+    bad_values = out_of_range(limit, dtype)
+    for i in np.flatnonzero(np.less(picks, bad_rate) | (limit == 0)):
+        values[i] = fdp.PickValueInList(bad_values)
+    return values.astype(dtype)
+
+
+@atheris.instrument_func
+def draw_dtype(fdp, name):
+    """One of the input's allowed dtypes; a wrong one in 1 case of 32."""
+    allowed, _ = INPUT_DTYPES[name]
+    if fdp.ConsumeIntInRange(0, 31) == 31:
+        return fdp.PickValueInList(list(WRONG_DTYPES[name]))
+    return fdp.PickValueInList(list(allowed))
+
+
+@atheris.instrument_func
+def draw_table(fdp):
+    """(table, scales): mostly well formed, sometimes of a wrong rank, a
+    zero-row table with a huge dim, or scales of the wrong shape."""
+    dtype = draw_dtype(fdp, "table")
+    rows, dim = draw_size(fdp), draw_size(fdp, allow_special=True)
+    shape_kind = fdp.ConsumeIntInRange(0, 31)
+    if shape_kind == 31:
+        shape = fdp.PickValueInList([(), (rows,), (rows, dim, 2)])
+    elif shape_kind == 30:
+        shape = (0, fdp.PickValueInList(
+            [d for d in HUGE_DIMS if d * np.dtype(dtype).itemsize < 1 << 63]))
+    else:
+        shape = (rows, dim)
+    table = draw_array(fdp, dtype, shape, extreme=fdp.ConsumeBool())
+    int8 = np.dtype(dtype) != np.float16
+    n_scales = shape[0] if int8 and len(shape) == 2 else 0
+    scales_shape = (n_scales,)
+    if fdp.ConsumeIntInRange(0, 31) == 31:
+        scales_shape = fdp.PickValueInList(
+            [(), (n_scales + 1,), (max(n_scales - 1, 0),), (n_scales, 1)])
+    scales = draw_array(fdp, draw_dtype(fdp, "scales"), scales_shape,
+                        extreme=fdp.ConsumeIntInRange(0, 3) == 0)
+    return table, scales
+
+
+def table_rows_dim(table):
+    return (table.shape[0], table.shape[1]) if table.ndim == 2 else (0, 0)
+
+
+@atheris.instrument_func
+def draw_lookup(fdp):
+    table, scales = draw_table(fdp)
+    rows, _ = table_rows_dim(table)
+    ids_dtype = draw_dtype(fdp, "ids")
+    rank = fdp.PickValueInList([1, 1, 1, 0, 2, 3])
+    shape = tuple(fdp.ConsumeIntInRange(0, 5) for _ in range(rank))
+    if rank == 1:
+        shape = (draw_size(fdp, allow_special=True),)
+    if rank >= 2 and fdp.ConsumeIntInRange(0, 15) == 15:
+        shape = (0, 1 << 40) + shape[2:]  # empty, but a huge output dim
+    if np.dtype(ids_dtype).kind == "i":
+        ids = draw_indices(fdp, int(np.prod(shape, dtype=np.int64)), rows,
+                           ids_dtype).reshape(shape)
+    else:
+        ids = draw_array(fdp, ids_dtype, shape)
+    return Case("CompressedEmbeddingLookup",
+                {"table": table, "scales": scales, "ids": ids})
+
+
+@atheris.instrument_func
+def draw_num_segments(fdp, fit, dtype, dim):
+    """num_segments: mostly `fit`; else 0, negative or huge."""
+    kind = fdp.ConsumeIntInRange(0, 15)
+    if np.dtype(dtype).kind != "i":
+        return np.array(fit, dtype)
+    info = np.iinfo(dtype)
+    if kind < 13:
+        value = fit
+    elif kind == 13:
+        value = 0
+    elif kind == 14:
+        value = fdp.PickValueInList([-1, -(1 << 31), int(info.min)])
+    elif dim == 0:  # no output bytes: any size is fine
+        value = fdp.PickValueInList([int(info.max), 1 << 31, (1 << 32) + 1,
+                                     1 << 40, 1 << 62])
+    else:  # cannot be allocated, or overflows int64 elements
+        value = fdp.PickValueInList(list(HUGE_DIMS))
+    value = min(value, int(info.max))
+    shape = (1,) if fdp.ConsumeIntInRange(0, 31) == 31 else ()
+    return np.full(shape, value, dtype)
+
+
+@atheris.instrument_func
+def draw_pool(fdp):
+    table, scales = draw_table(fdp)
+    rows, dim = table_rows_dim(table)
+    n = draw_size(fdp, allow_special=True)
+    if fdp.ConsumeIntInRange(0, 15) == 15:  # many segments, over threads
+        num_bags = fdp.ConsumeIntInRange(
+            1, max(1, min(2048, MAX_OUTPUT_BYTES // (4 * dim + 8))))
+    else:
+        num_bags = fdp.ConsumeIntInRange(1 if n else 0, 10)
+    ids_dtype = draw_dtype(fdp, "ids")
+    seg_dtype = draw_dtype(fdp, "segment_ids")
+    ids = (draw_indices(fdp, n, rows, ids_dtype)
+           if np.dtype(ids_dtype).kind == "i"
+           else draw_array(fdp, ids_dtype, (n,)))
+    segment_ids = np.sort(np.array(fdp.ConsumeIntListInRange(
+        n, 0, max(num_bags - 1, 0)), np.int64)).reshape(n)
+    seg_kind = fdp.ConsumeIntInRange(0, 31)
+    if seg_kind == 30 and n >= 2:  # unsorted
+        segment_ids = segment_ids[::-1].copy()
+    elif seg_kind == 31 and n >= 1:  # one out of range
+        i = fdp.ConsumeIntInRange(0, n - 1)
+        int_dtype = seg_dtype if np.dtype(seg_dtype).kind == "i" else np.int32
+        segment_ids[i] = fdp.PickValueInList(out_of_range(num_bags, int_dtype))
+    segment_ids = segment_ids.astype(seg_dtype)
+    weights_kind = fdp.ConsumeIntInRange(0, 15)
+    weights_shape = (0,) if weights_kind < 5 else (n,)
+    if weights_kind == 15:  # wrong length or rank
+        weights_shape = fdp.PickValueInList([(n + 1,), (), (n, 1)])
+    weights = draw_array(fdp, draw_dtype(fdp, "weights"), weights_shape,
+                         extreme=fdp.ConsumeIntInRange(0, 3) == 0)
+    shape_kind = fdp.ConsumeIntInRange(0, 31)
+    if shape_kind == 31:  # mismatched lengths
+        segment_ids = segment_ids[:-1] if n else segment_ids.repeat(2)[:1]
+    elif shape_kind == 30:  # wrong ranks
+        ids = ids.reshape(n, 1)
+    elif shape_kind == 29:
+        segment_ids = segment_ids.reshape(1, n)
+    num_segments = draw_num_segments(
+        fdp, num_bags, draw_dtype(fdp, "num_segments"), dim)
+    combiner = (fdp.PickValueInList(["max", "", "SUM"])
+                if fdp.ConsumeIntInRange(0, 63) == 63 else
+                fdp.PickValueInList(list(COMBINERS)))
+    case = Case("FusedDecodeAxpy",
+                {"table": table, "scales": scales, "ids": ids,
+                 "segment_ids": segment_ids, "weights": weights,
+                 "num_segments": num_segments}, combiner)
+    return safe_num_segments(case, num_bags)
+
+
+def safe_num_segments(case, fallback):
+    """Replaces num_segments by `fallback` when the op would allocate more
+    than MAX_OUTPUT_BYTES but less than UNALLOCATABLE_BYTES: such a call is
+    valid up to its allocation and would take real memory."""
+    exp = expect(case)
+    if MAX_OUTPUT_BYTES < exp.alloc_bytes < UNALLOCATABLE_BYTES:
+        ns = case.inputs["num_segments"]
+        case.inputs["num_segments"] = np.full(ns.shape, fallback, ns.dtype)
+    return case
+
+
+# ------------------------------------------------------------------ oracle
+
+
+@dataclasses.dataclass
+class Expectation:
+    """What the op must do, decided from the inputs alone.
+
+    invalid: inputs that make the call invalid (naming any one is enough).
+    dtype_error: some input has a dtype the op does not accept.
+    alloc_bytes: bytes the op allocates if the shapes pass (0 when an
+      earlier check fails); >= UNALLOCATABLE_BYTES: cannot be allocated.
+    overflow: inputs whose shapes make the output's element count overflow
+      int64 (the call is invalid; the error should name one of them).
+    """
+    invalid: tuple = ()
+    dtype_error: bool = False
+    alloc_bytes: int = 0
+    overflow: tuple = ()
+
+
+def dtype_problems(case):
+    return tuple(name for name, value in case.inputs.items()
+                 if value.dtype not in [np.dtype(d)
+                                        for d in INPUT_DTYPES[name][0]])
+
+
+def table_problems(table, scales):
+    if table.ndim != 2:
+        return ("table",)
+    want = (table.shape[0],) if table.dtype == np.int8 else (0,)
+    return () if scales.shape == want else ("scales",)
+
+
+def bad_indices(values, limit):
+    values = values.astype(np.int64)
+    return bool(np.any((values < 0) | (values >= limit)))
+
+
+def unsorted(values):
+    return bool(np.any(np.diff(values.astype(np.int64)) < 0))
+
+
+def output_bytes(*dims):
+    """float32 bytes of an output of these dims, or None if the element
+    count overflows int64 (TF's TensorShape limit)."""
+    elements = 1
+    for d in dims:
+        elements *= int(d)
+    return None if elements > (1 << 63) - 1 else 4 * elements
+
+
+@atheris.instrument_func
+def expect(case):
+    """The independent validity model of both ops (see ops.cc)."""
+    wrong = dtype_problems(case)
+    if wrong:
+        return Expectation(invalid=wrong, dtype_error=True)
+    if case.op == "FusedDecodeAxpy" and case.combiner not in COMBINERS:
+        return Expectation(invalid=("combiner",))
+    x = case.inputs
+    invalid = table_problems(x["table"], x["scales"])
+    if invalid:
+        return Expectation(invalid=invalid)
+    rows, dim = x["table"].shape
+    if case.op == "CompressedEmbeddingLookup":
+        size = output_bytes(*x["ids"].shape, dim)
+        late = ("ids",) if bad_indices(x["ids"], rows) else ()
+        if size is None:
+            return Expectation(invalid=late, overflow=("ids", "table"))
+        return Expectation(invalid=late, alloc_bytes=size)
+    ids, seg, weights, ns = (x["ids"], x["segment_ids"], x["weights"],
+                             x["num_segments"])
+    early = ()
+    if ids.ndim != 1:
+        early += ("ids",)
+    if seg.ndim != 1:
+        early += ("segment_ids",)
+    if not early and len(ids) != len(seg):
+        early += ("ids", "segment_ids")
+    n = ids.shape[0] if ids.ndim == 1 else -1
+    if weights.ndim != 1 or weights.shape[0] not in (n, 0):
+        early += ("weights",)
+    if ns.ndim != 0 or int(ns) < 0:
+        early += ("num_segments",)
+    if early:
+        return Expectation(invalid=early)
+    num_segments = int(ns)
+    late = ()
+    if bad_indices(seg, num_segments) or unsorted(seg):
+        late += ("segment_ids",)
+    if bad_indices(ids, rows):
+        late += ("ids",)
+    size = output_bytes(num_segments, dim)
+    if size is None:
+        return Expectation(invalid=late, overflow=("num_segments", "table"))
+    if num_segments > 0 and dim > 0:  # the [num_segments + 1] offsets
+        size += 8 * (num_segments + 1)
+    return Expectation(invalid=late, alloc_bytes=size)
+
+
+def names_input(message, names):
+    """Whether message names one of the inputs (as a word: 'ids' does not
+    match inside 'segment_ids')."""
+    return any(re.search(rf"(?<![A-Za-z_]){re.escape(n)}(?![A-Za-z_])",
+                         message) for n in names)
+
+
+@atheris.instrument_func
+def check(case, outcome):
+    """Raises Finding unless `outcome` (the op's result tensor, or the
+    exception it raised) is allowed for `case`."""
+    try:
+        check_outcome(case, expect(case), outcome)
+    except Finding as e:
+        shown = (f"{type(outcome).__name__}: {str(outcome)[:500]}"
+                 if isinstance(outcome, Exception) else repr(outcome))
+        raise Finding(f"{e}\n--- outcome: {shown}\n--- case:\n"
+                      f"{case.describe()}") from None
+
+
+@atheris.instrument_func
+def check_outcome(case, exp, outcome):
+    is_error = isinstance(outcome, Exception)
+    message = str(outcome) if is_error else ""
+    if exp.dtype_error:
+        if not isinstance(outcome, (tf.errors.InvalidArgumentError,
+                                    ValueError, TypeError)):
+            raise Finding(f"wrong dtype of {exp.invalid}: expected a dtype "
+                          f"error")
+        hints = list(exp.invalid)
+        for name in exp.invalid:
+            hints.append(INPUT_DTYPES[name][1])
+            hints.append(tf.as_dtype(case.inputs[name].dtype).name)
+        if not any(h in message for h in hints):
+            raise Finding(f"dtype error does not name {exp.invalid}")
+        STATS["errors_checked"] += 1
+        return
+    if exp.overflow:
+        names = exp.invalid + exp.overflow
+        if (isinstance(outcome, tf.errors.InvalidArgumentError)
+                and names_input(message, names)):
+            STATS["errors_checked"] += 1
+            return
+        raise Finding(f"output element count overflows int64: expected an "
+                      f"InvalidArgumentError naming one of {names}")
+    if exp.invalid:
+        if (isinstance(outcome, tf.errors.InvalidArgumentError)
+                and names_input(message, exp.invalid)):
+            STATS["errors_checked"] += 1
+            return
+        raise Finding(f"invalid {exp.invalid}: expected an "
+                      f"InvalidArgumentError naming one of them")
+    if exp.alloc_bytes >= UNALLOCATABLE_BYTES:
+        if not isinstance(outcome, tf.errors.ResourceExhaustedError):
+            raise Finding(f"valid call needing {exp.alloc_bytes} bytes: "
+                          f"expected ResourceExhaustedError")
+        STATS["too_big_checked"] += 1
+        return
+    if is_error:
+        raise Finding("valid call failed")
+    if case.op == "CompressedEmbeddingLookup":
+        check_lookup(case, outcome)
+    else:
+        check_pool(case, outcome)
+    STATS["results_checked"] += 1
+
+
+def result_values(got, shape):
+    """Checks the result's dtype and shape; returns its values as numpy, or
+    None when it has no elements (numpy cannot even hold an empty array
+    whose other dims multiply past 2**63 bytes)."""
+    if not isinstance(got, tf.Tensor) or got.dtype != tf.float32:
+        raise Finding(f"result is not a float32 tensor: {got!r}")
+    if tuple(got.shape) != tuple(shape):
+        raise Finding(f"result shape {tuple(got.shape)}, expected "
+                      f"{tuple(shape)}")
+    return got.numpy() if got.shape.num_elements() else None
+
+
+def tiny(x):
+    """Nonzero values that flush-to-zero / denormals-are-zero may zero."""
+    x = np.abs(x)
+    return (x > 0) & (x < 2 * FLT_MIN)
+
+
+@atheris.instrument_func
+def check_lookup(case, got):
+    """Lookup decodes with one float32 multiply (int8) or exactly (fp16):
+    bit-exact, except that NaN payloads may differ and values TF's FTZ/DAZ
+    may flush (a subnormal product, or a subnormal scale) may be zero."""
+    table, scales, ids = (case.inputs[k] for k in ("table", "scales", "ids"))
+    got = result_values(got, ids.shape + (table.shape[1],))
+    if got is None:
+        return
+    ids = ids.astype(np.int64)
+    with np.errstate(all="ignore"):
+        if table.dtype == np.int8:
+            want = table[ids].astype(np.float32) * scales[ids][..., None]
+            flushable = tiny(want) | tiny(scales[ids])[..., None]
+        else:
+            want = table[ids].astype(np.float32)
+            flushable = np.zeros(want.shape, bool)
+    ok = lookup_ok(got, want, flushable)
+    STATS["elements_compared"] += int(ok.size)
+    if not ok.all():
+        raise Finding(f"lookup mismatch at {np.argwhere(~ok)[:5].tolist()}: "
+                      f"got {got[~ok][:5]}, want {want[~ok][:5]}")
+
+
+def lookup_ok(got, want, flushable):
+    return ((got == want) | (np.isnan(got) & np.isnan(want))
+            | (flushable & (got == 0)))
+
+
+@atheris.instrument_func
+def denominator(w, combiner):
+    """The float32 denominator in the kernels' order, computed both without
+    and with flushing subnormals (TF's FTZ/DAZ); None if they differ."""
+    if combiner == "sum":
+        return np.float32(1)
+    results = []
+    for flush in (False, True):
+        f = ((lambda v: np.float32(0) if tiny(v) else v) if flush
+             else (lambda v: v))
+        wsum = w2sum = np.float32(0)
+        for wi in w:
+            wi = f(wi)
+            wsum = f(np.float32(wsum + wi))
+            w2sum = f(np.float32(w2sum + f(np.float32(wi * wi))))
+        results.append(wsum if combiner == "mean" else f(np.sqrt(w2sum)))
+    a, b = results
+    return a if a == b or (np.isnan(a) and np.isnan(b)) else None
+
+
+def pool_bound(terms, droppable, denom):
+    """Per element of one segment: (want, bound, checked).
+
+    terms[i, d] = float32(w_i * scale_i) * value(ids[i])[d] in float64 (the
+    weight folded into the int8 scale as the kernels do; w_i * value for
+    fp16). The kernels accumulate in float32 in any order, with FMAs, then
+    divide once:
+    each term differs from terms[i] by at most two roundings, and each of the
+    L adds, the final add of two partial sums and the divide round once, so
+    |got - want| <= (2L + 4) eps sum|terms| / |denom|. Terms that FTZ/DAZ
+    may drop count in full, plus FLT_MIN per operation for flushed partial
+    results. Elements where a float32 intermediate may overflow, and dropped
+    non-finite terms (0 * Inf versus w * Inf), are not checked.
+    """
+    n = terms.shape[0]
+    finite = np.isfinite(terms)
+    magnitude = np.where(finite, np.abs(terms), 0).sum(axis=0)
+    dropped = np.where(droppable & finite, np.abs(terms), 0).sum(axis=0)
+    want = terms.sum(axis=0) / np.float64(denom)
+    scale = 1 / abs(np.float64(denom)) if denom != 0 else np.inf
+    bound = ((2 * n + 4) * EPS32 * magnitude + dropped
+             + (n + 2) * 2 * FLT_MIN) * scale + FLT_MIN
+    checked = ((magnitude < FLT_MAX / 4) & (magnitude * scale < FLT_MAX / 4)
+               & ~np.any(droppable & ~finite, axis=0))
+    return want, bound, checked
+
+
+@atheris.instrument_func
+def check_pool(case, got):
+    """out[s] = sum_i w_i decode(ids[i]) / denom(s); zeros if denom == 0."""
+    x = case.inputs
+    table, scales = x["table"], x["scales"]
+    ids = x["ids"].astype(np.int64)
+    seg = x["segment_ids"].astype(np.int64)
+    num_segments, dim = int(x["num_segments"]), table.shape[1]
+    got = result_values(got, (num_segments, dim))
+    if got is None:
+        return
+    w32 = (x["weights"] if x["weights"].size
+           else np.ones(len(ids), np.float32))
+    with np.errstate(all="ignore"):
+        for s in np.unique(seg):
+            pos = np.flatnonzero(np.equal(seg, s))
+            rows = table[ids[pos]]
+            w = w32[pos].astype(np.float64)[:, None]
+            if table.dtype == np.int8:
+                scale = scales[ids[pos]][:, None]
+                # The kernels' term: the weight folded into the scale in
+                # float32 (may be Inf), times the stored value.
+                factor = (w32[pos][:, None] * scale).astype(np.float64)
+                terms = factor * rows.astype(np.float64)
+                droppable = (tiny(w) | tiny(scale.astype(np.float64))
+                             | tiny(factor) | tiny(terms))
+            else:
+                terms = w * rows.astype(np.float64)
+                droppable = tiny(w) | tiny(terms)
+            compare_segment(got, s, terms, droppable,
+                            denominator(w32[pos], case.combiner))
+    # Segments with no ids: zeros, exactly.
+    empty = np.setdiff1d(np.arange(num_segments), seg)
+    STATS["elements_compared"] += int(empty.size * dim)
+    if np.any(np.not_equal(got[empty], 0)):
+        raise Finding(f"empty segments {empty.tolist()} are not all zeros")
+
+
+@atheris.instrument_func
+def compare_segment(got, s, terms, droppable, denom):
+    """Checks output row s against its terms (see pool_bound)."""
+    if denom is None:  # the denominator depends on FTZ/DAZ
+        STATS["elements_unchecked"] += got.shape[1]
+        return
+    row = got[s]
+    if np.isnan(denom):
+        ok = np.isnan(row)
+        checked = np.ones(row.shape, bool)
+        want, bound = np.full(row.shape, np.nan), np.zeros(row.shape)
+    elif denom == 0:
+        ok = np.equal(row, 0)
+        checked = np.ones(row.shape, bool)
+        want, bound = np.zeros(row.shape), np.zeros(row.shape)
+    else:
+        want, bound, checked = pool_bound(terms, droppable, denom)
+        ok = pool_ok(row, want, bound)
+    STATS["elements_compared"] += int(checked.sum())
+    STATS["elements_unchecked"] += int((~checked).sum())
+    bad = checked & ~ok
+    if not bad.any():
+        return
+    d = np.flatnonzero(bad)[:5]
+    raise Finding(f"pool mismatch in segment {s} at dims {d.tolist()}: got "
+                  f"{row[d]}, want {want[d]} +- {bound[d]} "
+                  f"(denominator {denom})")
+
+
+def pool_ok(row, want, bound):
+    """NaN and +-Inf exactly where expected, finite values within bound."""
+    return np.where(np.isnan(want), np.isnan(row),
+                    np.where(np.isinf(want), row == want,
+                             np.isfinite(row) & (np.abs(row - want) <= bound)))
+
+
+# ------------------------------------------------------------------ driver
+
+
+def run(case):
+    """Calls the raw op; returns its result tensor, or the exception."""
+    STATS["op_calls"][case.op] = STATS["op_calls"].get(case.op, 0) + 1
+    try:
+        args = {name: tf.constant(value)
+                for name, value in case.inputs.items()}
+        if case.op == "CompressedEmbeddingLookup":
+            return OPS.CompressedEmbeddingLookup(**args)
+        return OPS.FusedDecodeAxpy(**args, combiner=case.combiner)
+    except (tf.errors.OpError, ValueError, TypeError) as e:
+        return e
+
+
+def test_one_input(data):
+    fdp = atheris.FuzzedDataProvider(data)
+    draw = draw_lookup if fdp.ConsumeBool() else draw_pool
+    case = draw(fdp)
+    check(case, run(case))
+    STATS["runs"] += 1
+    write_stats()
+
+
+def main():
+    write_stats(force=True)
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
