@@ -321,17 +321,21 @@ def _feeds(analyses, chosen, examples):
     return feeds
 
 
+def _workdir_stem(dst):
+    return f".{os.path.basename(os.path.abspath(dst))}.tfce-"
+
+
 def _workdir_prefix(dst, pid):
     # The owner's pid is in the name, so a later run can tell a killed
     # export's leftovers from a running export's work.
-    return f".{os.path.basename(os.path.abspath(dst))}.tfce-{pid}-"
+    return f"{_workdir_stem(dst)}{pid}-"
 
 
 def _remove_stale_workdirs(dst, progress):
     """Removes what exports to `dst` killed before their cleanup (SIGKILL,
     power loss) left beside it; directories of live exports are kept."""
     parent = os.path.dirname(os.path.abspath(dst))
-    stem = _workdir_prefix(dst, "")[:-1]  # without the pid and its dash
+    stem = _workdir_stem(dst)
     for name in os.listdir(parent):
         pid = name[len(stem):].split("-", 1)[0]
         if not (name.startswith(stem) and pid.isdigit()) or _alive(int(pid)):

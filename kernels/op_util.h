@@ -29,10 +29,15 @@ absl::Status MakeTableView(const tensorflow::Tensor& table,
 // Scans ids for the first id outside [0, rows) and returns an
 // InvalidArgument naming its position, value and the valid range. The kernels
 // check ids themselves; this runs only after a kernel returned false (so the
-// fast path pays no extra pass) or when no kernel runs (dim == 0).
+// fast path pays no extra pass), when no kernel runs (dim == 0), or before
+// allocating an output above kValidateFirstElements.
 // `segment_ids` (may be null) adds the segment of the bad id to the message.
 absl::Status CheckIds(const tensorflow::Tensor& ids, int64_t rows,
                       const tensorflow::Tensor* segment_ids);
+
+// CheckIds after a kernel reported a bad id: never returns OK.
+absl::Status BadIdError(const tensorflow::Tensor& ids, int64_t rows,
+                        const tensorflow::Tensor* segment_ids);
 
 // Outputs of more elements than this are allocated only once ids (and segment
 // ids) are known to be valid: a bad request must not cost that much memory,
@@ -43,10 +48,6 @@ constexpr int64_t kValidateFirstElements = int64_t{16} << 20;  // 64 MiB
 // inputs that set the outer dims) when its element count overflows int64.
 absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
                          const char* inputs, tensorflow::TensorShape* shape);
-
-// CheckIds after a kernel reported a bad id: never returns OK.
-absl::Status BadIdError(const tensorflow::Tensor& ids, int64_t rows,
-                        const tensorflow::Tensor* segment_ids);
 
 // The kernel row chosen for this process (TFCE_ISA or CPU detection).
 absl::Status GetKernels(const KernelSet** kernels);

@@ -84,7 +84,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tf_compressed_embedding as tfce  # noqa: E402
-from tf_compressed_embedding import _loader  # noqa: E402
+from tf_compressed_embedding import _loader, quantization  # noqa: E402
 
 OPS = _loader.ops()  # raw ops are on the loaded library, not tf.raw_ops
 ISA = tfce.active_isa()  # the kernel row of this process (TFCE_ISA)
@@ -594,13 +594,12 @@ def check_lookup(case, got):
     if got is None:
         return
     ids = ids.astype(np.int64)
+    fmt = "int8" if table.dtype == np.int8 else "fp16"
     with np.errstate(all="ignore"):
-        if table.dtype == np.int8:
-            want = table[ids].astype(np.float32) * scales[ids][..., None]
-            flushable = tiny(want) | tiny(scales[ids])[..., None]
-        else:
-            want = table[ids].astype(np.float32)
-            flushable = np.zeros(want.shape, bool)
+        # The format's own decoder (tables here are tiny: decode them whole).
+        want = quantization.decode(table, scales, fmt)[ids]
+        flushable = (tiny(want) | tiny(scales[ids])[..., None] if fmt == "int8"
+                     else np.zeros(want.shape, bool))
     ok = lookup_ok(got, want, flushable)
     STATS["elements_compared"] += int(ok.size)
     if not ok.all():
