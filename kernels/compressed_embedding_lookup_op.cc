@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/dispatch.h"
+#include "kernels/huge_pages.h"
 #include "kernels/kernel_api.h"
 #include "kernels/op_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -32,6 +33,7 @@ class CompressedEmbeddingLookupOp : public OpKernel {
 
     TableView view;
     OP_REQUIRES_OK(ctx, MakeTableView(table, scales, &view));
+    AdviseHugePages(view);
 
     TensorShape out_shape;
     OP_REQUIRES_OK(ctx, OutputShape(ids.shape(), view.dim, "ids", &out_shape));

@@ -100,6 +100,7 @@ def _library_handle():
     lib = ctypes.CDLL(library_path())  # already loaded: no second copy
     for fn in ("tfce_active_isa", "tfce_isa_error", "tfce_supported_isas"):
         getattr(lib, fn).restype = ctypes.c_char_p
+    lib.tfce_huge_page_bytes.restype = ctypes.c_int64
     return lib
 
 
@@ -119,3 +120,12 @@ def active_isa():
     if not isa:
         raise ValueError(lib.tfce_isa_error().decode())
     return isa
+
+
+def huge_page_bytes():
+    """Bytes of tables the ops have backed with 2 MiB pages in this process.
+
+    0 when ``TFCE_HUGE_PAGES=0``, when every table was under 4 MiB, or where
+    the OS cannot collapse pages (not Linux >= 6.1, or THP disabled).
+    """
+    return int(_library_handle().tfce_huge_page_bytes())
