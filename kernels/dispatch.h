@@ -26,7 +26,7 @@ const KernelSet* SelectedKernels(std::string* error);
 
 // How many ids ahead the pooling kernels prefetch rows: TFCE_PREFETCH_ROWS
 // if set (0 disables), else kDefaultPrefetchRows. Read once per process.
-constexpr int64_t kDefaultPrefetchRows = 32;
+constexpr int64_t kDefaultPrefetchRows = 16;
 int64_t PrefetchRows();
 
 }  // namespace tfce

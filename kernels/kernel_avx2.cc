@@ -24,7 +24,8 @@ struct Avx2 {
   static Vec Mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
   static Vec Div(Vec a, Vec b) { return _mm256_div_ps(a, b); }
   static void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
-  static void Prefetch(const void* p) {
+  // Always inlined: out of line, GCC sees no effect and deletes its calls.
+  __attribute__((always_inline)) static void Prefetch(const void* p) {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
   }
 

@@ -37,6 +37,8 @@
 namespace tfce {
 namespace {
 
+#define TFCE_ALWAYS_INLINE inline __attribute__((always_inline))
+
 inline bool InRange(int64_t id, int64_t rows) {
   return static_cast<uint64_t>(id) < static_cast<uint64_t>(rows);
 }
@@ -71,8 +73,12 @@ const typename Rows::Elem* RowPtr(const TableView& t, int64_t id) {
   return static_cast<const typename Rows::Elem*>(t.data) + id * t.dim;
 }
 
+// Always inlined, as each ISA's Prefetch: a prefetch has no effect GCC can
+// see, so an out-of-line function holding one is found side-effect free and
+// every call to it is deleted (the pool kernels ran without prefetching for
+// that reason). tests/python/test_isa_isolation.py checks the machine code.
 template <class Isa, class Rows>
-void PrefetchRow(const TableView& t, int64_t id) {
+TFCE_ALWAYS_INLINE void PrefetchRow(const TableView& t, int64_t id) {
   const char* p = reinterpret_cast<const char*>(RowPtr<Rows>(t, id));
   const int64_t bytes = t.dim * static_cast<int64_t>(sizeof(typename Rows::Elem));
   Rows::PrefetchScale(t, id);
@@ -122,8 +128,6 @@ struct BagState {
   bool zero;                 // zero denominator: the bag's output is zeros
   float denom;               // 1 for sum
 };
-
-#define TFCE_ALWAYS_INLINE inline __attribute__((always_inline))
 
 // Tail length of a block: fixed at compile time (kTail >= 0, so masks and
 // narrower loads fold to constants) or given at run time (kRuntimeTail).

@@ -71,3 +71,18 @@ def test_kernel_objects_export_only_their_entry_points(tmp_path):
                           if s.split(" ")[1] not in "tbdrn")
         assert exported == [f"tfce::{isa}::Lookup(tfce::LookupArgs const&)",
                             f"tfce::{isa}::Pool(tfce::PoolArgs const&)"], obj
+
+
+@pytest.mark.parametrize("isa_struct", ["Sse41", "Avx2", "Avx512"])
+@pytest.mark.parametrize("kernel", ["Pool", "Lookup"])
+def test_simd_kernels_prefetch(isa_struct, kernel):
+    """Each ISA's pooling and lookup code issues software prefetches. GCC
+    deletes every call to an out-of-line function that only prefetches (it
+    sees no effect), which once took prefetching out of the pool kernels
+    without any test noticing."""
+    namespace = isa_struct.lower() + "::"
+    functions = functions_using(_loader.library_path())
+    mine = {f: ops for f, ops in functions.items()
+            if kernel in f and (isa_struct in f or namespace + kernel in f)}
+    assert mine, f"no {kernel} functions of {isa_struct} found"
+    assert any("prefetcht0" in ops for ops in mine.values()), sorted(mine)
