@@ -98,7 +98,8 @@ int64_t GallopLowerBound(const Seg* seg, int64_t lo, int64_t n, int64_t s) {
 // offsets is null, converts them to CSR offsets: segment s is positions
 // [offsets[s], offsets[s + 1]). The check is one branch-free pass that the
 // compiler vectorizes (sorted ids are in range when the first and the last
-// are); the offsets are then found by searching, not by another pass. Every
+// are); the offsets are then found by checking that the next segment is as
+// long as the last one, else by searching, not by another pass. Every
 // offset is a position in [0, n] written to offsets[0..num_segments] whatever
 // the ids hold, so a concurrent change of the input cannot push a write or a
 // later read out of bounds.
@@ -118,9 +119,22 @@ absl::Status SegmentOffsets(const Tensor& segment_ids, int64_t num_segments,
     }
   }
   if (offsets != nullptr) {
-    int64_t pos = 0;
-    for (int64_t s = 0; s < num_segments; ++s) {
-      offsets[s] = pos = GallopLowerBound(seg, pos, n, s);
+    int64_t pos = GallopLowerBound(seg, 0, n, 0);
+    int64_t len = 0;  // the last segment's length: the usual next one
+    offsets[0] = pos;
+    for (int64_t s = 0; s + 1 < num_segments; ++s) {
+      // Segment s is [pos, next): next is the first position past pos whose
+      // id is > s. Bags of one length (a padded batch) guess it right.
+      const int64_t guess = pos + len;
+      int64_t next;
+      if (guess <= n && (guess == n || static_cast<int64_t>(seg[guess]) > s) &&
+          (guess == pos || static_cast<int64_t>(seg[guess - 1]) <= s)) {
+        next = guess;
+      } else {
+        next = GallopLowerBound(seg, pos, n, s + 1);
+      }
+      len = next - pos;
+      offsets[s + 1] = pos = next;
     }
     offsets[num_segments] = n;
   }

@@ -74,6 +74,26 @@ class PoolValuesTest(tf.test.TestCase, parameterized.TestCase):
             self.assert_matches(got, ct, ids, segment_ids, w, combiner, 6)
             self.assertAllEqual(got.numpy()[[0, 3, 5]], np.zeros((3, 12)))
 
+    @parameterized.product(seg_dtype=(tf.int32, tf.int64))
+    def test_bag_lengths_in_runs_with_changes_and_gaps(self, seg_dtype):
+        # The op turns segment ids into offsets by guessing that a bag is as
+        # long as the one before and searching when it is not: runs of equal
+        # lengths, changes, empty bags (also first and last) and long gaps.
+        rng = np.random.default_rng(13)
+        ct = tfce.quantize(reference.random_table(rng, 50, 5), "int8")
+        for trial in range(20):
+            lengths = np.concatenate([
+                np.full(rng.integers(1, 6), rng.choice([0, 1, 2, 3, 7, 40]))
+                for _ in range(rng.integers(1, 12))])
+            num_segments = len(lengths) + int(rng.integers(0, 3))
+            segment_ids = np.repeat(np.arange(len(lengths)), lengths)
+            ids = rng.integers(0, 50, size=len(segment_ids))
+            got = tfce.fused_decode_axpy(
+                ct, ids, tf.constant(segment_ids, seg_dtype), None, "sum",
+                num_segments=num_segments)
+            self.assert_matches(got, ct, ids, segment_ids, None, "sum",
+                                num_segments)
+
     def test_weighted_mean_with_zero_weight_sum_gives_zeros(self):  # F13
         ct = tfce.quantize(np.arange(12, dtype=np.float32).reshape(4, 3), "fp16")
         got = tfce.fused_decode_axpy(ct, [1, 2, 3], [0, 0, 1],
