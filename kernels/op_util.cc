@@ -1,5 +1,6 @@
 #include "kernels/op_util.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -7,7 +8,7 @@
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/util/overflow.h"
 #include "tensorflow/core/util/util.h"
-#include "tensorflow/core/util/work_sharder.h"
+#include "tensorflow/core/platform/threadpool.h"
 
 namespace tfce {
 
@@ -121,10 +122,18 @@ void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
                  const std::function<void(int64_t, int64_t)>& fn) {
   if (total <= 0) return;
   auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-  // Shard runs inline when total * cost_per_unit is too small to pay for
-  // handing work to other threads.
-  tensorflow::Shard(workers->num_threads, workers->workers, total,
-                    cost_per_unit, fn);
+  const int64_t threads = std::min<int64_t>(workers->num_threads, total);
+  if (threads <= 1 || static_cast<double>(total) * cost_per_unit <
+                          kMinParallelCost) {
+    fn(0, total);
+    return;
+  }
+  // One block per thread, the calling thread running one of them: a single
+  // hand-off per call. tensorflow::Shard cut ~50 blocks for a 512-bag batch
+  // and waited while the pool ran them; on 2 vCPUs that scaled 1.0-1.2x.
+  const int64_t block = (total + threads - 1) / threads;
+  workers->workers->ParallelFor(
+      total, tsl::thread::ThreadPool::SchedulingParams::Fixed(block), fn);
 }
 
 }  // namespace tfce

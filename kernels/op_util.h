@@ -52,9 +52,13 @@ absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
 // The kernel row chosen for this process (TFCE_ISA or CPU detection).
 absl::Status GetKernels(const KernelSet** kernels);
 
+// Work below this many cycles (total * cost_per_unit) runs on the calling
+// thread: waking another thread costs more than it saves.
+constexpr double kMinParallelCost = 100000;
+
 // Runs fn(begin, end) over [0, total) on the intra-op thread pool when the
-// work is large enough to pay for it; each unit is computed by one thread,
-// so results are identical to a single-threaded run.
+// work is large enough to pay for it, one block per thread; each unit is
+// computed by one thread, so results are identical to a single-threaded run.
 void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
                  int64_t cost_per_unit,
                  const std::function<void(int64_t, int64_t)>& fn);

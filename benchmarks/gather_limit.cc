@@ -1,0 +1,214 @@
+// The random-gather limit of this machine for each table layout, next to the
+// shipped pooling kernel on the same memory. No TensorFlow in the loop.
+//
+// "touch" reads one byte of every 64-byte line a looked-up row occupies (and,
+// for the tfce int8 layout, of its scale's line) and adds it to a register:
+// no decode, no FMA, only the memory traffic a pooling kernel cannot avoid.
+// It runs with the same prefetch distances as the kernel; the best is the
+// limit. Layouts:
+//   int8      tfce: int8 [R, D] and a separate float32 scales [R]
+//   fp16      tfce: half [R, D]
+//   int8_inl  FBGEMM's 8-bit rowwise: D bytes + fp32 scale + fp32 bias inline
+//             (D + 8 bytes per row; touched only, FBGEMM runs its own kernel)
+//
+// Usage: gather_limit ROWS DIM IDS_PER_BAG THREADS HUGE(0|1) REPEATS
+// CSV on stdout: layout,what,prefetch,ns_per_row,lines_per_row
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernel_api.h"
+
+namespace {
+
+constexpr int64_t kBags = 512;
+constexpr size_t kHuge = size_t{2} << 20;
+
+// Anonymous memory on 4 KiB pages, or collapsed to 2 MiB pages like the ops
+// do for TF's tensors (kernels/huge_pages.cc).
+void* Table(size_t bytes, bool huge) {
+  bytes = (bytes + kHuge - 1) & ~(kHuge - 1);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) std::abort();
+  madvise(p, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  std::memset(p, 1, bytes);
+  if (huge) madvise(p, bytes, 25);  // MADV_COLLAPSE
+  return p;
+}
+
+struct Layout {
+  const char* name;
+  const char* rows;     // row bytes, start of row r at rows + r * stride
+  int64_t stride;
+  int64_t row_bytes;
+  const char* scales;   // separate 4-byte scales, or null
+};
+
+inline void Prefetch(const char* p) { __builtin_prefetch(p, 0, 3); }
+
+// Sum of one byte per line of each row (and scale) of ids [begin, end).
+int64_t Touch(const Layout& l, const int64_t* ids, int64_t begin, int64_t end,
+              int64_t distance) {
+  int64_t sum = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    if (distance > 0 && i + distance < end) {
+      const char* ahead = l.rows + ids[i + distance] * l.stride;
+      Prefetch(ahead);
+      Prefetch(ahead + l.row_bytes - 1);
+      if (l.scales) Prefetch(l.scales + ids[i + distance] * 4);
+    }
+    const char* row = l.rows + ids[i] * l.stride;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63};
+    const uintptr_t last =
+        reinterpret_cast<uintptr_t>(row + l.row_bytes - 1) & ~uintptr_t{63};
+    for (uintptr_t line = first; line <= last; line += 64) {
+      sum += *reinterpret_cast<const volatile char*>(line);
+    }
+    if (l.scales) sum += *reinterpret_cast<const volatile char*>(l.scales + ids[i] * 4);
+  }
+  return sum;
+}
+
+double LinesPerRow(const Layout& l, const std::vector<int64_t>& ids) {
+  int64_t lines = 0;
+  for (int64_t id : ids) {
+    const uintptr_t row = reinterpret_cast<uintptr_t>(l.rows + id * l.stride);
+    lines += static_cast<int64_t>(((row + l.row_bytes - 1) >> 6) - (row >> 6) + 1);
+    if (l.scales) ++lines;
+  }
+  return static_cast<double>(lines) / ids.size();
+}
+
+// Median ns per looked-up row of fn(batch, bag_begin, bag_end). With several
+// threads each takes an equal share of the bags of every batch; threads start
+// once per repeat (no join per batch: the limit, not a fork/join cost).
+double Time(int threads, int repeats, int64_t per_bag, int num_batches,
+            const std::function<void(int, int64_t, int64_t)>& fn) {
+  const int iters = std::max<int64_t>(4, 2000000 / (kBags * per_bag));
+  auto run = [&](int count) {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        for (int it = 0; it < count; ++it) {
+          fn(it % num_batches, kBags * t / threads, kBags * (t + 1) / threads);
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+  };
+  run(iters / 4 + 1);
+  std::vector<double> ns;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run(iters);
+    const double s = std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - t0).count();
+    ns.push_back(s / iters / (kBags * per_bag) * 1e9);
+  }
+  std::sort(ns.begin(), ns.end());
+  return ns[ns.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 7) {
+    std::fprintf(stderr,
+                 "usage: gather_limit ROWS DIM IDS_PER_BAG THREADS HUGE REPEATS\n");
+    return 2;
+  }
+  const int64_t rows = std::atoll(argv[1]), dim = std::atoll(argv[2]);
+  const int64_t per_bag = std::atoll(argv[3]);
+  const int threads = std::atoi(argv[4]);
+  const bool huge = std::atoi(argv[5]) != 0;
+  const int repeats = std::atoi(argv[6]);
+
+  char* q = static_cast<char*>(Table(rows * dim, huge));
+  char* scales = static_cast<char*>(Table(rows * 4, huge));
+  char* half = static_cast<char*>(Table(rows * dim * 2, huge));
+  char* inl = static_cast<char*>(Table(rows * (dim + 8), huge));
+  // Valid values for the kernel: int8 ones, fp16 1.0, scales 1/127.
+  std::memset(half, 0, rows * dim * 2);
+  for (int64_t i = 0; i < rows * dim; ++i) {
+    reinterpret_cast<uint16_t*>(half)[i] = 0x3c00;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    reinterpret_cast<float*>(scales)[r] = 1.0f / 127;
+  }
+
+  // Rotating batches of uniform ids (~1M ids), so calls do not reuse rows.
+  std::mt19937_64 rng(7);
+  const int num_batches =
+      static_cast<int>(std::max<int64_t>(2, 1000000 / (kBags * per_bag)));
+  std::vector<std::vector<int64_t>> batches(num_batches);
+  for (auto& b : batches) {
+    b.resize(kBags * per_bag);
+    for (auto& id : b) id = static_cast<int64_t>(rng() % rows);
+  }
+  std::vector<int64_t> offsets(kBags + 1);
+  for (int64_t b = 0; b <= kBags; ++b) offsets[b] = b * per_bag;
+  std::vector<float> weights(kBags * per_bag, 1.0f);
+  std::vector<std::vector<float>> outs(threads, std::vector<float>(kBags * dim));
+
+  const Layout layouts[] = {
+      {"int8", q, dim, dim, scales},
+      {"fp16", half, dim * 2, dim * 2, nullptr},
+      {"int8_inl", inl, dim + 8, dim + 8, nullptr},
+  };
+  std::printf("layout,what,prefetch,ns_per_row,lines_per_row\n");
+  std::vector<int64_t> sink(threads);
+  for (const Layout& l : layouts) {
+    const double lines = LinesPerRow(l, batches[0]);
+    for (int64_t distance : {int64_t{0}, int64_t{16}, int64_t{32}}) {
+      const double ns = Time(threads, repeats, per_bag, num_batches,
+                             [&](int batch, int64_t b0, int64_t b1) {
+        sink[b0 * threads / kBags] += Touch(
+            l, batches[batch].data(), b0 * per_bag, b1 * per_bag, distance);
+      });
+      std::printf("%s,touch,%lld,%.3f,%.3f\n", l.name,
+                  static_cast<long long>(distance), ns, lines);
+    }
+    if (l.scales == nullptr && l.stride != dim * 2) continue;  // no kernel
+    std::string error;
+    const tfce::KernelSet* kernels = tfce::SelectedKernels(&error);
+    if (kernels == nullptr) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 1;
+    }
+    tfce::PoolArgs args{};
+    args.table = tfce::TableView{
+        l.scales ? tfce::Storage::kInt8 : tfce::Storage::kFp16, l.rows,
+        reinterpret_cast<const float*>(l.scales), rows, dim};
+    args.weights = weights.data();
+    args.bag_offsets = offsets.data();
+    args.combiner = tfce::Combiner::kSum;
+    args.prefetch_rows = tfce::PrefetchRows();
+    const double ns = Time(threads, repeats, per_bag, num_batches,
+                           [&](int batch, int64_t b0, int64_t b1) {
+      tfce::PoolArgs a = args;
+      a.ids = tfce::IdsView{batches[batch].data(), true};
+      a.bag_begin = b0;
+      a.bag_end = b1;
+      a.out = outs[b0 * threads / kBags].data();
+      if (!kernels->pool(a)) std::abort();
+    });
+    std::printf("%s,kernel_%s,%lld,%.3f,%.3f\n", l.name, kernels->isa,
+                static_cast<long long>(args.prefetch_rows), ns, lines);
+  }
+  int64_t total = 0;
+  for (int64_t s : sink) total += s;
+  std::fprintf(stderr, "checksum %lld\n", static_cast<long long>(total));
+  return 0;
+}

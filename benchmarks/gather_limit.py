@@ -1,0 +1,121 @@
+"""The random-gather limit of this machine per table layout, next to the
+shipped pooling kernel on the same memory (benchmarks/gather_limit.cc).
+
+    python benchmarks/gather_limit.py [--quick]
+
+For the op benchmark's 2M-row tables (512 bags x 80 uniform ids), each
+layout's rows are only touched (one byte per 64-byte line, the scale's line
+too) at prefetch distances 0, 16 and 32; the fastest is the limit a pooling
+kernel on that layout cannot beat. The tfce int8 layout keeps its scales in a
+separate array (a second random line per row); FBGEMM's 8-bit layout keeps
+scale and bias inline (D + 8 bytes). 1 and 2 threads, 4 KiB pages (how TF
+and torch allocate) and 2 MiB pages (what the ops ask for). Writes
+results/gather_limit.csv and the gather_limit section of RESULTS.md.
+"""
+import argparse
+import csv
+import io
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import kernel_objects  # noqa: E402
+import results_md  # noqa: E402
+
+DIMS = (12, 16, 32, 64, 128)
+
+
+def build(out_dir):
+    objects = kernel_objects.compile_kernels(out_dir)
+    binary = os.path.join(out_dir, "gather_limit")
+    subprocess.run(["g++", "-std=c++17", "-O2", "-I.",
+                    "benchmarks/gather_limit.cc",
+                    *kernel_objects.SUPPORT_SOURCES, *objects, "-o", binary,
+                    "-pthread"], cwd=ROOT, check=True)
+    return binary
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="one small table, few repeats (a smoke test)")
+    args = parser.parse_args(argv)
+    rows_n, dims, repeats = 2_000_000, DIMS, 5
+    if args.quick:
+        rows_n, dims, repeats = 100_000, (12,), 2
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        print("building gather_limit", flush=True)
+        binary = build(tmp)
+        for dim in dims:
+            for threads in (1, 2):
+                for huge in (0, 1):
+                    print(f"  {rows_n:,} rows, dim {dim}, {threads} thread(s), "
+                          f"{'2 MiB' if huge else '4 KiB'} pages", flush=True)
+                    out = subprocess.run(
+                        [binary, str(rows_n), str(dim), "80", str(threads),
+                         str(huge), str(repeats)],
+                        check=True, capture_output=True, text=True).stdout
+                    rows += [dict(r, rows=rows_n, dim=dim, threads=threads,
+                                  pages="2M" if huge else "4K")
+                             for r in csv.DictReader(io.StringIO(out))]
+    if args.quick:
+        print("\n".join(f"{r['layout']} {r['what']} pf={r['prefetch']}: "
+                        f"{float(r['ns_per_row']):.2f} ns/row" for r in rows))
+        return
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", "gather_limit.csv"), "w",
+              newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+    def pick(dim, threads, pages, layout):
+        mine = [r for r in rows if (r["dim"], r["threads"], r["pages"],
+                                    r["layout"]) == (dim, threads, pages,
+                                                     layout)]
+        touch = min(float(r["ns_per_row"]) for r in mine
+                    if r["what"] == "touch")
+        kernel = [float(r["ns_per_row"]) for r in mine
+                  if r["what"].startswith("kernel")]
+        return touch, (kernel[0] if kernel else None), float(
+            mine[0]["lines_per_row"])
+
+    isa = next(r["what"] for r in rows if r["what"].startswith("kernel"))
+    lines = [
+        f"{rows_n:,}-row tables, 512 bags x 80 uniform ids (the op "
+        "benchmark's 2M cells), ns per looked-up row, median of "
+        f"{repeats} repeats. **limit** = the fastest of touching every line "
+        "of each row (and of its int8 scale) at prefetch distance 0, 16 or "
+        f"32; **kernel** = the shipped pooling kernel ({isa[7:]}, default "
+        "prefetch) on the same memory, no TensorFlow; in brackets kernel / "
+        "limit. `int8 inline` is FBGEMM's 8-bit rowwise layout (D + 8 bytes, "
+        "scale and bias in the row), touched only. Lines per row: int8 "
+        "counts the scale's line.", "",
+        "| D | threads | pages | int8 limit | int8 kernel | fp16 limit | "
+        "fp16 kernel | int8 inline limit | lines/row int8, fp16, inline |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for dim in dims:
+        for threads in (1, 2):
+            for pages in ("4K", "2M"):
+                i8, k8, l8 = pick(dim, threads, pages, "int8")
+                f16, k16, l16 = pick(dim, threads, pages, "fp16")
+                inl, _, linl = pick(dim, threads, pages, "int8_inl")
+                lines.append(
+                    f"| {dim} | {threads} | {pages} | {i8:.1f} | "
+                    f"{k8:.1f} ({k8 / i8:.2f}) | {f16:.1f} | "
+                    f"{k16:.1f} ({k16 / f16:.2f}) | {inl:.1f} | "
+                    f"{l8:.2f}, {l16:.2f}, {linl:.2f} |")
+    results_md.replace_section(
+        "gather_limit", "Random-gather limit per layout "
+        "(`python benchmarks/gather_limit.py`)", "\n".join(lines))
+    print("wrote results/gather_limit.csv and RESULTS.md")
+
+
+if __name__ == "__main__":
+    main()
