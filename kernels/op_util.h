@@ -52,9 +52,11 @@ absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
 // The kernel row chosen for this process (TFCE_ISA or CPU detection).
 absl::Status GetKernels(const KernelSet** kernels);
 
-// Work below this many cycles (total * cost_per_unit) runs on the calling
-// thread: waking another thread costs more than it saves.
-constexpr double kMinParallelCost = 100000;
+// Work below this estimate (total * cost_per_unit) runs on the calling
+// thread. Handing a block to an idle pool thread cost ~90 us on this
+// project's VMs (a 512-bag L = 1 batch at D = 64 went 65 -> 245 ns/row with
+// a second thread at 1e5), so only batches of several hundred us split.
+constexpr double kMinParallelCost = 1e6;
 
 // Runs fn(begin, end) over [0, total) on the intra-op thread pool when the
 // work is large enough to pay for it, one block per thread; each unit is
