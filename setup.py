@@ -29,6 +29,7 @@ OP_LIBRARY_SOURCES = {
     "kernels/compressed_embedding_lookup_op.cc": [],
     "kernels/fused_decode_axpy_op.cc": [],
     "kernels/op_util.cc": [],
+    "kernels/parallel_run.cc": [],
     "kernels/huge_pages.cc": [],
     "kernels/dispatch.cc": [],
     "kernels/cpu_features.cc": [],

@@ -9,6 +9,7 @@
 #include "kernels/huge_pages.h"
 #include "kernels/kernel_api.h"
 #include "kernels/op_util.h"
+#include "kernels/parallel_run.h"
 #include "tensorflow/core/framework/bounds_check.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"

@@ -8,7 +8,6 @@
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/util/overflow.h"
 #include "tensorflow/core/util/util.h"
-#include "tensorflow/core/platform/threadpool.h"
 
 namespace tfce {
 
@@ -115,25 +114,6 @@ absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
   }
   *shape = outer;
   return shape->AddDimWithStatus(dim);
-}
-
-void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
-                 int64_t cost_per_unit,
-                 const std::function<void(int64_t, int64_t)>& fn) {
-  if (total <= 0) return;
-  auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-  const int64_t threads = std::min<int64_t>(workers->num_threads, total);
-  if (threads <= 1 || static_cast<double>(total) * cost_per_unit <
-                          kMinParallelCost) {
-    fn(0, total);
-    return;
-  }
-  // One block per thread, the calling thread running one of them: a single
-  // hand-off per call. tensorflow::Shard cut ~50 blocks for a 512-bag batch
-  // and waited while the pool ran them; on 2 vCPUs that scaled 1.0-1.2x.
-  const int64_t block = (total + threads - 1) / threads;
-  workers->workers->ParallelFor(
-      total, tsl::thread::ThreadPool::SchedulingParams::Fixed(block), fn);
 }
 
 }  // namespace tfce

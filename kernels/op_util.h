@@ -1,10 +1,9 @@
 // Helpers shared by the two OpKernels: table validation, turning a kernel's
-// `false` into a precise error, kernel selection and work sharding.
+// `false` into a precise error, kernel selection.
 #ifndef TFCE_KERNELS_OP_UTIL_H_
 #define TFCE_KERNELS_OP_UTIL_H_
 
 #include <cstdint>
-#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -51,19 +50,6 @@ absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
 
 // The kernel row chosen for this process (TFCE_ISA or CPU detection).
 absl::Status GetKernels(const KernelSet** kernels);
-
-// Work below this estimate (total * cost_per_unit) runs on the calling
-// thread. Handing a block to an idle pool thread cost ~90 us on this
-// project's VMs (a 512-bag L = 1 batch at D = 64 went 65 -> 245 ns/row with
-// a second thread at 1e5), so only batches of several hundred us split.
-constexpr double kMinParallelCost = 1e6;
-
-// Runs fn(begin, end) over [0, total) on the intra-op thread pool when the
-// work is large enough to pay for it, one block per thread; each unit is
-// computed by one thread, so results are identical to a single-threaded run.
-void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
-                 int64_t cost_per_unit,
-                 const std::function<void(int64_t, int64_t)>& fn);
 
 }  // namespace tfce
 

@@ -29,13 +29,19 @@ def saved_model(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("isa", tfce.supported_isas())
-def test_threads_give_single_threaded_results(saved_model, isa):
+# Every kernel row as the ops run by default, and the best row with every
+# call split over the intra-op pool (one thread per core, chunks of a few
+# ids), so that concurrent calls race on the pool threads standing by.
+@pytest.mark.parametrize("isa,split", [(isa, "default") for isa in tfce.supported_isas()]
+                         + [(tfce.active_isa(), "always")])
+def test_threads_give_single_threaded_results(saved_model, isa, split):
+    env = {**os.environ, "TFCE_ISA": isa}
+    if split == "always":
+        env["TFCE_MIN_PARALLEL_COST"] = "0"
     result = subprocess.run(
         [sys.executable, os.path.join(HERE, "concurrency_worker.py"), saved_model,
          str(THREADS), str(CALLS_PER_THREAD)],
-        capture_output=True, text=True, timeout=900,
-        env={**os.environ, "TFCE_ISA": isa}, check=False)
+        capture_output=True, text=True, timeout=900, env=env, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     print(report)
@@ -64,15 +70,21 @@ np.save(sys.argv[2], np.concatenate([pooled.ravel(), looked_up.ravel()]))
 """
 
 
-def test_results_do_not_depend_on_intra_op_threads(tmp_path):
-    # Large enough for both ops to split the batch over the intra-op pool
-    # (one block per thread): a bag is never split, so the bits are the same.
+@pytest.mark.parametrize("env", [
+    {},  # the defaults: the batch is large enough to split
+    {"TFCE_MIN_PARALLEL_COST": "0"},  # every call splits, smallest chunks
+    {"TFCE_STANDBY_US": "0"},  # pool threads never wait for the next call
+    {"TFCE_STANDBY_US": "100000"},  # they always do
+], ids=["default", "always-split", "no-standby", "long-standby"])
+def test_results_do_not_depend_on_intra_op_threads(tmp_path, env):
+    # Each bag (pooling) and each id (lookup) is computed by one thread, so
+    # however the chunks fall to threads the bits are the same.
     results = []
     for threads in (1, 2, 3):
         path = str(tmp_path / f"threads{threads}.npy")
         run = subprocess.run([sys.executable, "-c", SPLIT_CHILD, str(threads),
                               path], capture_output=True, text=True,
-                             timeout=300, check=False)
+                             env={**os.environ, **env}, timeout=300, check=False)
         assert run.returncode == 0, run.stderr[-3000:]
         results.append(np.load(path))
     for other in results[1:]:

@@ -1,0 +1,45 @@
+// Splitting one op call's work over the intra-op thread pool.
+//
+// Waking a sleeping pool thread costs tens of microseconds on small VMs,
+// comparable to a whole batch, so the split is built around it: chunks are
+// taken from a shared counter (a thread that wakes late takes fewer), the
+// caller computes too and spins for the last chunk instead of sleeping, and a
+// pool thread that ran chunks stands by for a short while for the next split
+// call, as OpenMP runtimes do, so back-to-back calls need no wake-up.
+#ifndef TFCE_KERNELS_PARALLEL_RUN_H_
+#define TFCE_KERNELS_PARALLEL_RUN_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "tensorflow/core/framework/op_kernel.h"
+
+namespace tfce {
+
+// Work below this estimate (units * cost_per_unit, ~cycles) runs on the
+// calling thread alone. TFCE_MIN_PARALLEL_COST overrides it (read once).
+constexpr double kDefaultMinParallelCost = 2e5;
+double MinParallelCost();
+
+// A split call is cut into up to kChunksPerThread chunks per thread, each
+// estimated at kMinChunkCost or more.
+constexpr int64_t kChunksPerThread = 8;
+constexpr double kMinChunkCost = 2e4;
+
+// How long a pool thread that ran chunks waits for the next split call
+// before going back to the pool. TFCE_STANDBY_US overrides it (read once;
+// 0 disables standing by).
+constexpr int64_t kDefaultStandbyMicros = 100;
+int64_t StandbyMicros();
+
+// Runs fn(begin, end) over [0, total) on the calling thread and, when the
+// work is large enough to pay for it, on the intra-op pool's threads too.
+// Each unit is computed by one call of fn, so results are identical to a
+// single-threaded run. Returns when every unit is done.
+void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
+                 int64_t cost_per_unit,
+                 const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace tfce
+
+#endif  // TFCE_KERNELS_PARALLEL_RUN_H_
