@@ -13,8 +13,6 @@
 //
 // Usage: gather_limit ROWS DIM IDS_PER_BAG THREADS HUGE(0|1) REPEATS
 // CSV on stdout: layout,what,prefetch,ns_per_row,lines_per_row
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -22,31 +20,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "benchmarks/bench_memory.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernel_api.h"
 
 namespace {
 
-constexpr int64_t kBags = 512;
-constexpr size_t kHuge = size_t{2} << 20;
-
-// Anonymous memory on 4 KiB pages, or collapsed to 2 MiB pages like the ops
-// do for TF's tensors (kernels/huge_pages.cc).
-void* Table(size_t bytes, bool huge) {
-  bytes = (bytes + kHuge - 1) & ~(kHuge - 1);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) std::abort();
-  madvise(p, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-  std::memset(p, 1, bytes);
-  if (huge) madvise(p, bytes, 25);  // MADV_COLLAPSE
-  return p;
-}
+using bench::kBags;
 
 struct Layout {
   const char* name;
@@ -135,10 +119,10 @@ int main(int argc, char** argv) {
   const bool huge = std::atoi(argv[5]) != 0;
   const int repeats = std::atoi(argv[6]);
 
-  char* q = static_cast<char*>(Table(rows * dim, huge));
-  char* scales = static_cast<char*>(Table(rows * 4, huge));
-  char* half = static_cast<char*>(Table(rows * dim * 2, huge));
-  char* inl = static_cast<char*>(Table(rows * (dim + 8), huge));
+  char* q = static_cast<char*>(bench::Table(rows * dim, huge));
+  char* scales = static_cast<char*>(bench::Table(rows * 4, huge));
+  char* half = static_cast<char*>(bench::Table(rows * dim * 2, huge));
+  char* inl = static_cast<char*>(bench::Table(rows * (dim + 8), huge));
   // Valid values for the kernel: int8 ones, fp16 1.0, scales 1/127.
   std::memset(half, 0, rows * dim * 2);
   for (int64_t i = 0; i < rows * dim; ++i) {
@@ -148,15 +132,8 @@ int main(int argc, char** argv) {
     reinterpret_cast<float*>(scales)[r] = 1.0f / 127;
   }
 
-  // Rotating batches of uniform ids (~1M ids), so calls do not reuse rows.
-  std::mt19937_64 rng(7);
-  const int num_batches =
-      static_cast<int>(std::max<int64_t>(2, 1000000 / (kBags * per_bag)));
-  std::vector<std::vector<int64_t>> batches(num_batches);
-  for (auto& b : batches) {
-    b.resize(kBags * per_bag);
-    for (auto& id : b) id = static_cast<int64_t>(rng() % rows);
-  }
+  const auto batches = bench::IdBatches(rows, per_bag);
+  const int num_batches = static_cast<int>(batches.size());
   std::vector<int64_t> offsets(kBags + 1);
   for (int64_t b = 0; b <= kBags; ++b) offsets[b] = b * per_bag;
   std::vector<float> weights(kBags * per_bag, 1.0f);
@@ -194,7 +171,7 @@ int main(int argc, char** argv) {
     args.weights = weights.data();
     args.bag_offsets = offsets.data();
     args.combiner = tfce::Combiner::kSum;
-    args.prefetch_rows = tfce::PrefetchRows();
+    args.prefetch_rows = tfce::PoolPrefetchRows(args.table, per_bag);
     const double ns = Time(threads, repeats, per_bag, num_batches,
                            [&](int batch, int64_t b0, int64_t b1) {
       tfce::PoolArgs a = args;

@@ -1,5 +1,7 @@
 #include "kernels/cpu_features.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -48,10 +50,22 @@ CpuFeatures Detect() {
 CpuFeatures Detect() { return CpuFeatures(); }
 #endif
 
+int64_t L2CacheBytes() {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  const long bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (bytes > 0) return bytes;
+#endif
+  return kDefaultL2CacheBytes;
+}
+
 }  // namespace
 
 const CpuFeatures& GetCpuFeatures() {
-  static const CpuFeatures features = Detect();
+  static const CpuFeatures features = [] {
+    CpuFeatures f = Detect();
+    f.l2_cache_bytes = L2CacheBytes();
+    return f;
+  }();
   return features;
 }
 

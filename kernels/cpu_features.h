@@ -2,6 +2,8 @@
 #ifndef TFCE_KERNELS_CPU_FEATURES_H_
 #define TFCE_KERNELS_CPU_FEATURES_H_
 
+#include <cstdint>
+
 namespace tfce {
 
 struct CpuFeatures {
@@ -12,7 +14,12 @@ struct CpuFeatures {
   bool avx512f = false;  // AVX-512 F and the OS saves ZMM/opmask state
   bool avx512bw = false;
   bool avx512vl = false;
+  // One core's L2 data cache, from the OS (CPUID leaf 4 through glibc);
+  // kDefaultL2CacheBytes when it does not say.
+  int64_t l2_cache_bytes = 0;
 };
+
+constexpr int64_t kDefaultL2CacheBytes = int64_t{1} << 21;  // 2 MiB
 
 // Detected once; safe to call from any thread.
 const CpuFeatures& GetCpuFeatures();

@@ -93,20 +93,43 @@ Selection Select() {
   return s;
 }
 
+// TFCE_PREFETCH_ROWS, or -1 if unset or invalid (a tuning hint only: a bad
+// value is ignored).
+int64_t ForcedPrefetchRows() {
+  static const int64_t forced = [] {
+    const char* value = std::getenv("TFCE_PREFETCH_ROWS");
+    if (value == nullptr || *value == '\0') return int64_t{-1};
+    char* end = nullptr;
+    const long long parsed = std::strtoll(value, &end, 10);
+    return (*end == '\0' && parsed >= 0 && parsed <= 4096)
+               ? static_cast<int64_t>(parsed)
+               : int64_t{-1};
+  }();
+  return forced;
+}
+
 }  // namespace
 
 int64_t PrefetchRows() {
-  static const int64_t rows = [] {
-    const char* value = std::getenv("TFCE_PREFETCH_ROWS");
-    if (value == nullptr || *value == '\0') return kDefaultPrefetchRows;
-    char* end = nullptr;
-    const long long parsed = std::strtoll(value, &end, 10);
-    // A bad value falls back to the default: it is a tuning hint only.
-    return (*end == '\0' && parsed >= 0 && parsed <= 4096)
-               ? static_cast<int64_t>(parsed)
-               : kDefaultPrefetchRows;
-  }();
-  return rows;
+  const int64_t forced = ForcedPrefetchRows();
+  return forced >= 0 ? forced : kDefaultPrefetchRows;
+}
+
+int64_t PoolPrefetchRows(const TableView& table, double ids_per_bag) {
+  const int64_t forced = ForcedPrefetchRows();
+  if (forced >= 0) return forced;
+  if (ids_per_bag < kLongBagIds) return kDefaultPrefetchRows;
+  const int64_t row_bytes =
+      table.dim * (table.storage == Storage::kInt8 ? 1 : 2);
+  const int64_t scale_bytes = table.storage == Storage::kInt8 ? 4 : 0;
+  // In doubles: rows * row_bytes of a view may exceed int64 in principle.
+  const double table_bytes =
+      static_cast<double>(table.rows) * (row_bytes + scale_bytes);
+  const bool cached =
+      table_bytes <= static_cast<double>(kCachedTableL2Multiple) *
+                         GetCpuFeatures().l2_cache_bytes;
+  const bool short_row = row_bytes + scale_bytes <= kShortRowBytes;
+  return short_row || (cached && row_bytes < 64) ? 0 : kDefaultPrefetchRows;
 }
 
 const KernelSet* KernelTable(int* num_rows) {

@@ -230,7 +230,8 @@ class FusedDecodeAxpyOp : public OpKernel {
         weights.dim_size(0) == 0 ? nullptr : weights.flat<float>().data();
     args.bag_offsets = offsets;
     args.combiner = combiner_;
-    args.prefetch_rows = PrefetchRows();
+    args.prefetch_rows = PoolPrefetchRows(
+        view, static_cast<double>(num_ids) / static_cast<double>(num_segments));
     args.out = out->flat<float>().data();
     std::atomic<bool> ok(true);
     const PoolFn pool = kernels_->pool;

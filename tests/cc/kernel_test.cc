@@ -6,18 +6,21 @@
 //    1..33, 64, 100, 128, 129, 257, both storage types, both id widths, all
 //    combiners, weighted and not, with sentinel-padded outputs (no write
 //    outside the rows asked for) and unaligned table/output pointers;
-//  - every row returns false on ids < 0 or >= rows, as the reference does.
+//  - every row returns false on ids < 0 or >= rows, as the reference does;
+//  - the prefetch policy: no prefetch for cached tables of short rows.
 // Prints "N passed, M failed" and exits non-zero on any failure.
 #include <xmmintrin.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu_features.h"
 #include "kernels/dispatch.h"
 #include "kernels/fp16.h"
 #include "kernels/kernel_api.h"
@@ -280,10 +283,69 @@ void TestAllRows() {
   }
 }
 
+// Run without TFCE_PREFETCH_ROWS: the default policy, at its boundaries.
+void TestPrefetchPolicy() {
+  if (std::getenv("TFCE_PREFETCH_ROWS") != nullptr) {
+    std::printf("TFCE_PREFETCH_ROWS is set: prefetch policy not tested\n");
+    return;
+  }
+  const int64_t l2 = GetCpuFeatures().l2_cache_bytes;
+  Check(l2 >= 64 * 1024, "L2 cache size read (" + std::to_string(l2) + ")");
+  const int64_t cached = kCachedTableL2Multiple * l2;
+  const int64_t huge = int64_t{1} << 40;  // rows: far beyond any cache
+  auto prefetch = [](Storage storage, int64_t rows, int64_t dim, double bag) {
+    return PoolPrefetchRows(TableView{storage, nullptr, nullptr, rows, dim},
+                            bag);
+  };
+  auto name = [](const char* storage, int64_t dim, const char* what) {
+    return std::string(storage) + " dim " + std::to_string(dim) + " " + what;
+  };
+  const double long_bag = kLongBagIds, short_bag = kLongBagIds - 0.01;
+  // Bytes per row: int8 dim + a 4-byte scale, fp16 2 * dim.
+  for (int64_t dim : {1, 12, 20}) {  // <= kShortRowBytes
+    Check(prefetch(Storage::kInt8, huge, dim, long_bag) == 0,
+          name("int8", dim, "long bags: no prefetch"));
+    Check(prefetch(Storage::kInt8, huge, dim, short_bag) == kDefaultPrefetchRows,
+          name("int8", dim, "short bags: prefetch"));
+  }
+  for (int64_t dim : {1, 12}) {
+    Check(prefetch(Storage::kFp16, huge, dim, long_bag) == 0,
+          name("fp16", dim, "long bags: no prefetch"));
+    Check(prefetch(Storage::kFp16, huge, dim, short_bag) == kDefaultPrefetchRows,
+          name("fp16", dim, "short bags: prefetch"));
+  }
+  // Longer rows: no prefetch only while the table stays in cache.
+  for (int64_t dim : {21, 63}) {
+    const int64_t rows = cached / (dim + 4);
+    Check(prefetch(Storage::kInt8, rows, dim, long_bag) == 0,
+          name("int8", dim, "cached: no prefetch"));
+    Check(prefetch(Storage::kInt8, rows + 1, dim, long_bag) ==
+              kDefaultPrefetchRows,
+          name("int8", dim, "past the cache: prefetch"));
+    Check(prefetch(Storage::kInt8, rows, dim, short_bag) == kDefaultPrefetchRows,
+          name("int8", dim, "cached, short bags: prefetch"));
+  }
+  for (int64_t dim : {13, 31}) {
+    const int64_t rows = cached / (2 * dim);
+    Check(prefetch(Storage::kFp16, rows, dim, long_bag) == 0,
+          name("fp16", dim, "cached: no prefetch"));
+    Check(prefetch(Storage::kFp16, rows + 1, dim, long_bag) ==
+              kDefaultPrefetchRows,
+          name("fp16", dim, "past the cache: prefetch"));
+  }
+  // Rows of a cache line or more are prefetched at any table size.
+  Check(prefetch(Storage::kInt8, 10, 64, 100) == kDefaultPrefetchRows,
+        "int8 dim 64: prefetch");
+  Check(prefetch(Storage::kFp16, 10, 32, 100) == kDefaultPrefetchRows,
+        "fp16 dim 32: prefetch");
+  Check(PrefetchRows() == kDefaultPrefetchRows, "lookup: fixed distance");
+}
+
 }  // namespace
 }  // namespace tfce
 
 int main() {
+  tfce::TestPrefetchPolicy();
   tfce::TestHalfDecoding();
   tfce::TestAllRows();
   std::printf("%d passed, %d failed\n", tfce::g_passed, tfce::g_failed);

@@ -23,3 +23,26 @@ def test_gather_limit_quick():
                        ("fp16", "kernel")}, out
     assert len(timed) == 4 * (3 * 3 + 2), out
     assert all(float(ns) > 0 for *_, ns in timed)
+
+
+def test_prefetch_policy_quick():
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "prefetch_policy.py"),
+         "--quick"], capture_output=True, text=True, timeout=600, check=True,
+        cwd=ROOT).stdout
+    cells = re.findall(r"^\| (int8|fp16) \| 100,000 \| (\d+) \| [\d.]+ \| "
+                       r"(\**)([\d.]+)\** / (\**)([\d.]+)\** \|$", out, re.M)
+    # int8 and fp16 at dims 12 and 64, each timed with prefetch off and on.
+    assert sorted((s, d) for s, d, *_ in cells) == [
+        ("fp16", "12"), ("fp16", "64"), ("int8", "12"), ("int8", "64")], out
+    assert all(float(off) > 0 and float(on) > 0
+               for _, _, _, off, _, on in cells)
+    # One choice marked per cell; bags of 20 ids of dim 12 rows (16 bytes
+    # int8 with its scale, 24 fp16) are short rows in long bags: no prefetch.
+    # (Dim 64 depends on this CPU's L2 size, so only the marking is checked.)
+    for storage, dim, bold_off, _, bold_on, _ in cells:
+        assert (bold_off == "**") != (bold_on == "**"), out
+        if dim == "12":
+            assert bold_off == "**", out
+    assert re.search(r"The policy's choice is the faster or within 5 % in "
+                     r"\d+ of 4 cells", out), out

@@ -1,0 +1,100 @@
+// The shipped pooling kernel with software prefetch off and on, per table
+// size, dim and bag length: the measurements behind the ops' prefetch policy
+// (tfce::PoolPrefetchRows, kernels/dispatch.h). No TensorFlow in the loop.
+//
+// Usage: prefetch_policy ROWS DIM IDS_PER_BAG REPEATS
+// CSV on stdout: storage,prefetch,ns_per_row,policy (the distance the ops
+// would use for this table).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "benchmarks/bench_memory.h"
+#include "kernels/dispatch.h"
+#include "kernels/kernel_api.h"
+
+namespace {
+
+using bench::kBags;
+constexpr int64_t kDistances[] = {0, tfce::kDefaultPrefetchRows};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: prefetch_policy ROWS DIM IDS_PER_BAG REPEATS\n");
+    return 2;
+  }
+  const int64_t rows = std::atoll(argv[1]), dim = std::atoll(argv[2]);
+  const int64_t per_bag = std::atoll(argv[3]);
+  const int repeats = std::atoi(argv[4]);
+  std::string error;
+  const tfce::KernelSet* kernels = tfce::SelectedKernels(&error);
+  if (kernels == nullptr) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 1;
+  }
+  const auto batches = bench::IdBatches(rows, per_bag);
+  std::vector<int64_t> offsets(kBags + 1);
+  for (int64_t b = 0; b <= kBags; ++b) offsets[b] = b * per_bag;
+  std::vector<float> weights(kBags * per_bag, 1.0f);
+  std::vector<float> out(kBags * dim);
+  const int iters =
+      static_cast<int>(std::max<int64_t>(4, 1000000 / (kBags * per_bag)));
+
+  std::printf("storage,prefetch,ns_per_row,policy\n");
+  for (tfce::Storage storage : {tfce::Storage::kInt8, tfce::Storage::kFp16}) {
+    const bool int8 = storage == tfce::Storage::kInt8;
+    const size_t data_bytes = rows * dim * (int8 ? 1 : 2);
+    // Huge pages where the ops would ask for them (buffers of 4 MiB or more).
+    void* data = bench::Table(data_bytes, data_bytes >= (size_t{4} << 20));
+    auto* scales = static_cast<float*>(
+        bench::Table(rows * 4, rows * 4 >= (size_t{4} << 20)));
+    std::fill(scales, scales + rows, 1.0f / 127);
+    if (!int8) {  // half 1.0
+      std::fill(static_cast<uint16_t*>(data),
+                static_cast<uint16_t*>(data) + rows * dim, uint16_t{0x3c00});
+    }
+    tfce::PoolArgs args{};
+    args.table = tfce::TableView{storage, data, int8 ? scales : nullptr, rows,
+                                 dim};
+    args.weights = weights.data();
+    args.bag_offsets = offsets.data();
+    args.combiner = tfce::Combiner::kSum;
+    args.bag_begin = 0;
+    args.bag_end = kBags;
+    args.out = out.data();
+    auto run = [&](int64_t distance, int count) {
+      for (int it = 0; it < count; ++it) {
+        tfce::PoolArgs a = args;
+        a.prefetch_rows = distance;
+        a.ids = tfce::IdsView{batches[it % batches.size()].data(), true};
+        if (!kernels->pool(a)) std::abort();
+      }
+    };
+    // Round-robin over the distances, so drift on a shared machine hits
+    // both alike; medians over the repeats.
+    std::vector<std::vector<double>> ns(std::size(kDistances));
+    for (int64_t d : kDistances) run(d, iters / 4 + 1);
+    for (int r = 0; r < repeats; ++r) {
+      for (size_t k = 0; k < std::size(kDistances); ++k) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run(kDistances[k], iters);
+        const double s = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - t0).count();
+        ns[k].push_back(s / iters / (kBags * per_bag) * 1e9);
+      }
+    }
+    for (size_t k = 0; k < std::size(kDistances); ++k) {
+      std::sort(ns[k].begin(), ns[k].end());
+      std::printf("%s,%lld,%.3f,%lld\n", int8 ? "int8" : "fp16",
+                  static_cast<long long>(kDistances[k]), ns[k][ns[k].size() / 2],
+                  static_cast<long long>(tfce::PoolPrefetchRows(args.table, per_bag)));
+    }
+  }
+  return 0;
+}
