@@ -720,10 +720,12 @@ def worker_main(args):
     meta["loadavg_end"] = os.getloadavg()[0]
     if tfce is not None:
         from tf_compressed_embedding import _loader
-        # Settings the tfce numbers depend on (see kernels/dispatch.h and
-        # kernels/huge_pages.h); "off": no table was backed by huge pages.
-        meta["tfce_prefetch_rows"] = os.environ.get("TFCE_PREFETCH_ROWS",
-                                                    "default")
+        # Settings the tfce numbers depend on (see kernels/dispatch.h,
+        # kernels/parallel_run.h and kernels/huge_pages.h); "off": no table
+        # was backed by huge pages.
+        for name in ("TFCE_PREFETCH_ROWS", "TFCE_STANDBY_US",
+                     "TFCE_MIN_PARALLEL_COST"):
+            meta[name.lower()] = os.environ.get(name, "default")
         meta["tfce_huge_pages"] = ("on" if _loader.huge_page_bytes() > 0
                                    else "off")
     with open(args.worker_out, "w") as f:
