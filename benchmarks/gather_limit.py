@@ -31,13 +31,7 @@ DIMS = (12, 16, 32, 64, 128)
 
 
 def build(out_dir):
-    objects = kernel_objects.compile_kernels(out_dir)
-    binary = os.path.join(out_dir, "gather_limit")
-    subprocess.run(["g++", "-std=c++17", "-O2", "-I.",
-                    "benchmarks/gather_limit.cc",
-                    *kernel_objects.SUPPORT_SOURCES, *objects, "-o", binary,
-                    "-pthread"], cwd=ROOT, check=True)
-    return binary
+    return kernel_objects.build_benchmark(out_dir, "benchmarks/gather_limit.cc")
 
 
 def main(argv=None):
@@ -68,12 +62,7 @@ def main(argv=None):
         print("\n".join(f"{r['layout']} {r['what']} pf={r['prefetch']}: "
                         f"{float(r['ns_per_row']):.2f} ns/row" for r in rows))
         return
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "gather_limit.csv"), "w",
-              newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    results_md.write_csv("gather_limit.csv", rows)
 
     def pick(dim, threads, pages, layout):
         mine = [r for r in rows if (r["dim"], r["threads"], r["pages"],

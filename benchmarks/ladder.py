@@ -1,7 +1,7 @@
 """The kernel ladder (benchmarks/ladder.cc): ns per looked-up row for each
 technique step, int8 and fp16, with FP32 pooling as the baseline.
 
-    python benchmarks/ladder.py [--quick]
+    python benchmarks/ladder.py [--quick]   # --quick: a smoke test, writes nothing
 
 Builds the C++ benchmark with setup.py's per-file kernel flags, runs it for
 an in-cache table (50k rows) and one far beyond the last-level cache (1.5 GB
@@ -34,14 +34,10 @@ STEPS = ["0 naive", "1 simd", "2 +rem4", "3 +load", "4 +fused", "5 +shape",
 
 
 def build(out_dir):
-    objects = kernel_objects.compile_kernels(out_dir)
-    binary = os.path.join(out_dir, "ladder")
     # The benchmark's own steps use AVX2 intrinsics: it runs on AVX2 CPUs only.
-    subprocess.run(["g++", "-std=c++17", "-O3", "-mavx2", "-mfma", "-mf16c",
-                    "-I.", "benchmarks/ladder.cc",
-                    *kernel_objects.SUPPORT_SOURCES, *objects, "-o", binary],
-                   cwd=ROOT, check=True)
-    return binary
+    return kernel_objects.build_benchmark(
+        out_dir, "benchmarks/ladder.cc",
+        flags=("-O3", "-mavx2", "-mfma", "-mf16c"))
 
 
 def main(argv=None):
@@ -82,12 +78,6 @@ def main(argv=None):
             sweep += [dict(r, group=big_label)
                       for r in csv.DictReader(io.StringIO(out))]
         rows += sweep
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    csv_path = os.path.join(HERE, "results", "ladder.csv")
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
     def ns(group, dim, fmt, step):
         for r in rows:
@@ -137,6 +127,10 @@ def main(argv=None):
             lines.append(f"| {fmt}, {dim} | " + " | ".join(
                 f"{ns(big_label, dim, fmt, f'prefetch={p}'):.1f}" for p in PREFETCH) + " |")
     lines.append("")
+    if args.quick:  # a smoke test: results and RESULTS.md are left alone
+        print("\n".join(lines))
+        return
+    results_md.write_csv("ladder.csv", rows)
     try:
         import matplotlib
         matplotlib.use("Agg")

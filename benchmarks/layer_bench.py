@@ -11,7 +11,6 @@ repeats, variants interleaved in one process. Writes results/layer_bench.csv
 and the `layer` section of RESULTS.md.
 """
 import argparse
-import csv
 import os
 import statistics
 import time
@@ -104,11 +103,7 @@ def main(argv=None):
     print(f"## {TITLE}\n\n{section}")
     if args.no_results:
         return
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "layer_bench.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    results_md.write_csv("layer_bench.csv", rows)
     results_md.replace_section("layer", TITLE, section)
 
 

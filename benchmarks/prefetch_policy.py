@@ -30,13 +30,8 @@ LENS = (1, 8, 20, 80)
 
 
 def build(out_dir):
-    objects = kernel_objects.compile_kernels(out_dir)
-    binary = os.path.join(out_dir, "prefetch_policy")
-    subprocess.run(["g++", "-std=c++17", "-O2", "-I.",
-                    "benchmarks/prefetch_policy.cc",
-                    *kernel_objects.SUPPORT_SOURCES, *objects, "-o", binary],
-                   cwd=ROOT, check=True)
-    return binary
+    return kernel_objects.build_benchmark(out_dir,
+                                          "benchmarks/prefetch_policy.cc")
 
 
 def measure(binary, rows, dims, lens, repeats):
@@ -113,12 +108,7 @@ def main(argv=None):
     if args.quick:
         print("\n".join(lines))
         return
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "prefetch_policy.csv"), "w",
-              newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(results[0]))
-        writer.writeheader()
-        writer.writerows(results)
+    results_md.write_csv("prefetch_policy.csv", results)
     results_md.replace_section(
         "prefetch_policy", "Prefetch policy: the pooling kernel with prefetch "
         "off and on (`python benchmarks/prefetch_policy.py`)",

@@ -1,9 +1,11 @@
 """Keeps benchmarks/RESULTS.md in sections, one per benchmark, each replaced
-whole when its benchmark runs again."""
+whole when its benchmark runs again; and the CSVs in benchmarks/results/."""
+import csv
 import os
 import re
 
-PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
+HERE = os.path.dirname(os.path.abspath(__file__))
+PATH = os.path.join(HERE, "RESULTS.md")
 HEADER = ("# Benchmark results\n\nEach section is written by the benchmark "
           "named in its title; rerun it to refresh the section.\n")
 
@@ -17,3 +19,15 @@ def replace_section(key, title, body):
         else text.rstrip() + "\n\n" + section + "\n"
     with open(PATH, "w") as f:
         f.write(text)
+
+
+def write_csv(name, rows):
+    """Writes rows (dicts with the same keys) to benchmarks/results/NAME;
+    returns the path."""
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    path = os.path.join(HERE, "results", name)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path

@@ -34,3 +34,14 @@ def compile_kernels(out_dir, extra_flags=(), opt="-O3"):
                         "-c", src, "-o", obj], cwd=ROOT, check=True)
         objects.append(obj)
     return objects
+
+
+def build_benchmark(out_dir, source, flags=("-O2",)):
+    """Links the C++ benchmark `source` (a path from the repo root) with the
+    kernels and their support sources; returns the binary's path."""
+    objects = compile_kernels(out_dir)
+    binary = os.path.join(out_dir, os.path.splitext(os.path.basename(source))[0])
+    subprocess.run(["g++", "-std=c++17", *flags, "-I.", source,
+                    *SUPPORT_SOURCES, *objects, "-o", binary, "-pthread"],
+                   cwd=ROOT, check=True)
+    return binary
