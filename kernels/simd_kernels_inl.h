@@ -50,8 +50,10 @@ struct Int8Rows {
   using Elem = int8_t;
   using Vec = typename Isa::Vec;
   static float Scale(const TableView& t, int64_t id) { return t.scales[id]; }
-  // The scale lives in its own array: a second cache line to fetch.
-  static void PrefetchScale(const TableView& t, int64_t id) {
+  // The scale lives in its own array: a second cache line to fetch. Always
+  // inlined, like every function that only prefetches (see PrefetchRow).
+  TFCE_ALWAYS_INLINE static void PrefetchScale(const TableView& t,
+                                               int64_t id) {
     Isa::Prefetch(t.scales + id);
   }
   static Vec Load(const Elem* p) { return Isa::LoadInt8(p); }
@@ -63,7 +65,7 @@ struct HalfRows {
   using Elem = uint16_t;
   using Vec = typename Isa::Vec;
   static float Scale(const TableView&, int64_t) { return 1.0f; }
-  static void PrefetchScale(const TableView&, int64_t) {}
+  TFCE_ALWAYS_INLINE static void PrefetchScale(const TableView&, int64_t) {}
   static Vec Load(const Elem* p) { return Isa::LoadHalf(p); }
   static Vec LoadTail(const Elem* p, int n) { return Isa::LoadHalfTail(p, n); }
 };

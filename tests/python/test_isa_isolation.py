@@ -35,8 +35,8 @@ pytestmark = pytest.mark.skipif(shutil.which("objdump") is None or
                                 reason="needs binutils")
 
 
-def functions_using(library):
-    """{function name: set of instruction mnemonics} from objdump."""
+def instructions(library):
+    """{function name: [(mnemonic, operands)]} from objdump."""
     listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C",
                               library], capture_output=True, text=True,
                              check=True).stdout
@@ -44,12 +44,18 @@ def functions_using(library):
     for line in listing.splitlines():
         header = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
         if header:
-            current = functions.setdefault(header.group(1), set())
+            current = functions.setdefault(header.group(1), [])
             continue
-        insn = re.match(r"^\s+[0-9a-f]+:\s+([a-z][a-z0-9]*)", line)
+        insn = re.match(r"^\s+[0-9a-f]+:\s+([a-z][a-z0-9]*)\s*(.*)$", line)
         if insn and current is not None:
-            current.add(insn.group(1))
+            current.append((insn.group(1), insn.group(2)))
     return functions
+
+
+def functions_using(library):
+    """{function name: set of instruction mnemonics} from objdump."""
+    return {f: {op for op, _ in insns}
+            for f, insns in instructions(library).items()}
 
 
 def test_avx_and_sse41_only_inside_their_kernel_files():
@@ -86,3 +92,23 @@ def test_simd_kernels_prefetch(isa_struct, kernel):
             if kernel in f and (isa_struct in f or namespace + kernel in f)}
     assert mine, f"no {kernel} functions of {isa_struct} found"
     assert any("prefetcht0" in ops for ops in mine.values()), sorted(mine)
+
+
+@pytest.mark.parametrize("isa_struct", ["Sse41", "Avx2", "Avx512"])
+def test_int8_pool_kernels_prefetch_scales(isa_struct):
+    """The int8 pooling code prefetches each upcoming row's scale as well as
+    its row: a prefetch indexed by id * 4 into the float scales (the row
+    prefetches are byte addressed). The scale prefetch was once dropped from
+    every pool kernel (an out-of-line helper again) while the lookup kept
+    it."""
+    functions = instructions(_loader.library_path())
+    int8_pool = {f: insns for f, insns in functions.items()
+                 if "Pool" in f and isa_struct in f and "Int8Rows" in f}
+    assert int8_pool, f"no int8 pool functions of {isa_struct} found"
+    scale_prefetches = {f for f, insns in int8_pool.items()
+                        if any(op == "prefetcht0" and args.endswith(",4)")
+                               for op, args in insns)}
+    row_prefetches = {f for f, insns in int8_pool.items()
+                      if any(op == "prefetcht0" for op, _ in insns)}
+    assert row_prefetches and scale_prefetches == row_prefetches, (
+        sorted(row_prefetches - scale_prefetches))
