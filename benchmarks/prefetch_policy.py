@@ -1,8 +1,8 @@
 """Software prefetch off and on in the shipped pooling kernel, per table
 size, dim and bag length (benchmarks/prefetch_policy.cc, no TensorFlow): the
 measurements behind the ops' prefetch policy (PoolPrefetchRows in
-kernels/dispatch.h: no prefetch for long bags of short rows or of rows
-of a table that stays in cache).
+kernels/dispatch.h: no prefetch for long bags of short rows of a table
+that stays in cache).
 
     python benchmarks/prefetch_policy.py [--quick]     # ~2 min
 
@@ -59,8 +59,8 @@ def table_lines(results, rows, dims, lens, repeats):
         "process; tables of 4 MiB or more on 2 MiB pages, as the ops do. "
         "Each cell: off / on (**bold**: the one the ops choose, "
         "`PoolPrefetchRows`). The policy turns prefetch off for bags of 8 ids "
-        "or more when a row costs at most 24 bytes (an int8 scale included) "
-        "or the table is at most 8x one core's L2 with rows under 64 bytes.",
+        "or more of a table of at most 8x one core's L2 with rows under 64 "
+        "bytes.",
         "",
         "| storage | rows | D | table MiB | "
         + " | ".join(f"L = {L}" for L in lens) + " |",

@@ -128,8 +128,7 @@ int64_t PoolPrefetchRows(const TableView& table, double ids_per_bag) {
   const bool cached =
       table_bytes <= static_cast<double>(kCachedTableL2Multiple) *
                          GetCpuFeatures().l2_cache_bytes;
-  const bool short_row = row_bytes + scale_bytes <= kShortRowBytes;
-  return short_row || (cached && row_bytes < 64) ? 0 : kDefaultPrefetchRows;
+  return cached && row_bytes < 64 ? 0 : kDefaultPrefetchRows;
 }
 
 const KernelSet* KernelTable(int* num_rows) {

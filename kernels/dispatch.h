@@ -31,17 +31,14 @@ int64_t PrefetchRows();
 
 // The same for the pooling kernels on `table` with bags of `ids_per_bag` ids
 // on average: TFCE_PREFETCH_ROWS if set, else 0 when the bags are long
-// (kLongBagIds or more) and either each row costs few bytes (kShortRowBytes
-// or less, an int8 scale included) or the table stays in cache (at most
+// (kLongBagIds or more) and the table stays in cache (at most
 // kCachedTableL2Multiple x one core's L2) with rows under a cache line; else
-// kDefaultPrefetchRows. Long bags of short rows keep enough loads in flight
-// out of order, and in-cache rows need no prefetch: there the prefetches only
-// cost instructions (up to 1.7x slower), while short bags and long rows need
+// kDefaultPrefetchRows. There the prefetches only cost instructions (up to
+// 1.7x slower), while short bags, long rows and tables beyond the cache need
 // them (up to 3.6x faster): `python benchmarks/prefetch_policy.py`. The
 // lookup (one row per output) showed no gain from turning them off
 // (0.92-1.03x) and keeps the fixed distance.
 constexpr double kLongBagIds = 8;
-constexpr int64_t kShortRowBytes = 24;
 constexpr int64_t kCachedTableL2Multiple = 8;
 int64_t PoolPrefetchRows(const TableView& table, double ids_per_bag);
 

@@ -301,21 +301,9 @@ void TestPrefetchPolicy() {
     return std::string(storage) + " dim " + std::to_string(dim) + " " + what;
   };
   const double long_bag = kLongBagIds, short_bag = kLongBagIds - 0.01;
-  // Bytes per row: int8 dim + a 4-byte scale, fp16 2 * dim.
-  for (int64_t dim : {1, 12, 20}) {  // <= kShortRowBytes
-    Check(prefetch(Storage::kInt8, huge, dim, long_bag) == 0,
-          name("int8", dim, "long bags: no prefetch"));
-    Check(prefetch(Storage::kInt8, huge, dim, short_bag) == kDefaultPrefetchRows,
-          name("int8", dim, "short bags: prefetch"));
-  }
-  for (int64_t dim : {1, 12}) {
-    Check(prefetch(Storage::kFp16, huge, dim, long_bag) == 0,
-          name("fp16", dim, "long bags: no prefetch"));
-    Check(prefetch(Storage::kFp16, huge, dim, short_bag) == kDefaultPrefetchRows,
-          name("fp16", dim, "short bags: prefetch"));
-  }
-  // Longer rows: no prefetch only while the table stays in cache.
-  for (int64_t dim : {21, 63}) {
+  // Bytes per row: int8 dim + a 4-byte scale, fp16 2 * dim. No prefetch
+  // only for long bags of rows under a cache line of a cached table.
+  for (int64_t dim : {1, 12, 63}) {
     const int64_t rows = cached / (dim + 4);
     Check(prefetch(Storage::kInt8, rows, dim, long_bag) == 0,
           name("int8", dim, "cached: no prefetch"));
@@ -324,14 +312,18 @@ void TestPrefetchPolicy() {
           name("int8", dim, "past the cache: prefetch"));
     Check(prefetch(Storage::kInt8, rows, dim, short_bag) == kDefaultPrefetchRows,
           name("int8", dim, "cached, short bags: prefetch"));
+    Check(prefetch(Storage::kInt8, huge, dim, long_bag) == kDefaultPrefetchRows,
+          name("int8", dim, "huge table: prefetch"));
   }
-  for (int64_t dim : {13, 31}) {
+  for (int64_t dim : {1, 12, 31}) {
     const int64_t rows = cached / (2 * dim);
     Check(prefetch(Storage::kFp16, rows, dim, long_bag) == 0,
           name("fp16", dim, "cached: no prefetch"));
     Check(prefetch(Storage::kFp16, rows + 1, dim, long_bag) ==
               kDefaultPrefetchRows,
           name("fp16", dim, "past the cache: prefetch"));
+    Check(prefetch(Storage::kFp16, rows, dim, short_bag) == kDefaultPrefetchRows,
+          name("fp16", dim, "cached, short bags: prefetch"));
   }
   // Rows of a cache line or more are prefetched at any table size.
   Check(prefetch(Storage::kInt8, 10, 64, 100) == kDefaultPrefetchRows,
