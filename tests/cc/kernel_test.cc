@@ -301,29 +301,26 @@ void TestPrefetchPolicy() {
     return std::string(storage) + " dim " + std::to_string(dim) + " " + what;
   };
   const double long_bag = kLongBagIds, short_bag = kLongBagIds - 0.01;
-  // Bytes per row: int8 dim + a 4-byte scale, fp16 2 * dim. No prefetch
-  // only for long bags of rows under a cache line of a cached table.
-  for (int64_t dim : {1, 12, 63}) {
-    const int64_t rows = cached / (dim + 4);
-    Check(prefetch(Storage::kInt8, rows, dim, long_bag) == 0,
-          name("int8", dim, "cached: no prefetch"));
-    Check(prefetch(Storage::kInt8, rows + 1, dim, long_bag) ==
-              kDefaultPrefetchRows,
-          name("int8", dim, "past the cache: prefetch"));
-    Check(prefetch(Storage::kInt8, rows, dim, short_bag) == kDefaultPrefetchRows,
-          name("int8", dim, "cached, short bags: prefetch"));
-    Check(prefetch(Storage::kInt8, huge, dim, long_bag) == kDefaultPrefetchRows,
-          name("int8", dim, "huge table: prefetch"));
-  }
-  for (int64_t dim : {1, 12, 31}) {
-    const int64_t rows = cached / (2 * dim);
-    Check(prefetch(Storage::kFp16, rows, dim, long_bag) == 0,
-          name("fp16", dim, "cached: no prefetch"));
-    Check(prefetch(Storage::kFp16, rows + 1, dim, long_bag) ==
-              kDefaultPrefetchRows,
-          name("fp16", dim, "past the cache: prefetch"));
-    Check(prefetch(Storage::kFp16, rows, dim, short_bag) == kDefaultPrefetchRows,
-          name("fp16", dim, "cached, short bags: prefetch"));
+  // No prefetch only for long bags of rows under a cache line of a cached
+  // table. Bytes per row: int8 dim + a 4-byte scale, fp16 2 * dim.
+  struct Format {
+    Storage storage;
+    const char* name;
+    int64_t elem_bytes, scale_bytes, largest_short_dim;
+  };
+  for (const Format& f : {Format{Storage::kInt8, "int8", 1, 4, 63},
+                          Format{Storage::kFp16, "fp16", 2, 0, 31}}) {
+    for (int64_t dim : {int64_t{1}, int64_t{12}, f.largest_short_dim}) {
+      const int64_t rows = cached / (dim * f.elem_bytes + f.scale_bytes);
+      Check(prefetch(f.storage, rows, dim, long_bag) == 0,
+            name(f.name, dim, "cached: no prefetch"));
+      Check(prefetch(f.storage, rows + 1, dim, long_bag) == kDefaultPrefetchRows,
+            name(f.name, dim, "past the cache: prefetch"));
+      Check(prefetch(f.storage, rows, dim, short_bag) == kDefaultPrefetchRows,
+            name(f.name, dim, "cached, short bags: prefetch"));
+      Check(prefetch(f.storage, huge, dim, long_bag) == kDefaultPrefetchRows,
+            name(f.name, dim, "huge table: prefetch"));
+    }
   }
   // Rows of a cache line or more are prefetched at any table size.
   Check(prefetch(Storage::kInt8, 10, 64, 100) == kDefaultPrefetchRows,
