@@ -38,22 +38,38 @@ def workdirs(parent):
 
 
 def data_shards(parent):
-    """The checkpoint data files an export is writing under `parent`."""
+    """The checkpoint data files under `parent`."""
     found = []
     for root, _, files in os.walk(parent):
         found += [os.path.join(root, f) for f in files if ".data-" in f]
     return found
 
 
+def shard_bytes_written_by(parent, pid):
+    """Bytes of checkpoint data the export with `pid` has written so far in
+    its work directory. A killed run's leftovers are not counted: the next
+    export removes them while this looks, and they are not its writes."""
+    total = 0
+    for name in os.listdir(parent):
+        if f".tfce-{pid}-" not in name:
+            continue
+        for shard in data_shards(os.path.join(parent, name)):
+            try:
+                total += os.path.getsize(shard)
+            except FileNotFoundError:  # renamed or removed meanwhile
+                pass
+    return total
+
+
 def kill_when(command, condition, timeout=300):
-    """Starts `command`, SIGKILLs it as soon as `condition()` holds; returns
-    whether it was killed (False: it finished first)."""
+    """Starts `command`, SIGKILLs it as soon as `condition(pid)` holds;
+    returns whether it was killed (False: it finished first)."""
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout
     try:
         while process.poll() is None and time.monotonic() < deadline:
-            if condition():
+            if condition(process.pid):
                 process.send_signal(signal.SIGKILL)
                 process.wait()
                 return True
@@ -80,15 +96,13 @@ def test_sigkill_at_random_points_leaves_src_and_no_dst(source, tmp_path):
     # has grown past a random size; then at random times over the whole run.
     reference_bytes = sum(os.path.getsize(f) for f in data_shards(str(tmp_path / "reference")))
     for fraction in (0.0, *rng.uniform(0.1, 0.9, 2)):
-        def mid_write(limit=fraction * reference_bytes):
-            shards = data_shards(str(tmp_path))
-            return any(os.path.getsize(f) > limit for f in shards
-                       if "reference" not in f)
+        def mid_write(pid, limit=max(fraction * reference_bytes, 1)):
+            return shard_bytes_written_by(str(tmp_path), pid) >= limit
         kills.append(("checkpoint write", kill_when(export_command(source, dst), mid_write)))
     for delay in rng.uniform(0.2, 1.0, 3) * duration:
         start = time.monotonic()
         kills.append((f"after {delay:.1f} s", kill_when(
-            export_command(source, dst), lambda d=delay, s=start: time.monotonic() - s > d)))
+            export_command(source, dst), lambda pid, d=delay, s=start: time.monotonic() - s > d)))
         assert tree_digest(source) == digest
         assert not os.path.exists(dst), f"DST appeared after a kill {kills[-1][0]}"
     assert all(killed for where, killed in kills[:3]), kills  # the write was hit
