@@ -26,6 +26,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import results_md  # noqa: E402
+
 GiB = 1 << 30
 TARGET_MIB = 1536
 TARGET = f"peak - baseline < {TARGET_MIB} MiB"
@@ -123,9 +126,7 @@ def disk_bytes(path):
 
 
 def machine():
-    with open("/proc/cpuinfo") as f:
-        models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-    return {"cpu_model": models[0] if models else "unknown", "cores": os.cpu_count()}
+    return {"cpu_model": results_md.cpu_model(), "cores": os.cpu_count()}
 
 
 def print_results(rows, stages, verify):

@@ -41,7 +41,6 @@ import gc
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -753,22 +752,6 @@ def worker_cmd(args, threads, frameworks, out, proc_id):
     return cmd
 
 
-def cpu_model():
-    info = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if ":" in line:
-                    k, v = line.split(":", 1)
-                    info.setdefault(k.strip(), v.strip())
-    except OSError:
-        pass
-    name = info.get("model name") or platform.processor() or "unknown"
-    if "cpu family" in info and "model" in info:
-        name += f" (family {info['cpu family']} model {info['model']})"
-    return name
-
-
 def summarise(results, torch_mode):
     """Adds medians, ns/row, GB/s and same-process speedups; returns rows."""
     by_cell = {}
@@ -872,7 +855,7 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
     add(f"Generated {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} by "
         f"`{cmd.strip()}` in {elapsed / 60:.1f} min at commit "
         f"{args._git}. "
-        f"Machine: {cpu_model()}, {os.cpu_count()} CPUs (shared and noisy: "
+        f"Machine: {results_md.cpu_model()}, {os.cpu_count()} CPUs (shared and noisy: "
         "treat differences under ~20 % as noise). Versions: "
         + ", ".join(f"{k} {v}" for k, v in sorted(meta.items())) + ". "
         "1-min load average at the start / end of each worker process "

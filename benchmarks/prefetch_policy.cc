@@ -1,10 +1,11 @@
-// The shipped pooling kernel with software prefetch off and on, per table
+// The shipped pooling kernel with software prefetch off, 16 rows ahead
+// (kDefaultPrefetchRows) and PrefetchDistance(table) rows ahead, per table
 // size, dim and bag length: the measurements behind the ops' prefetch policy
 // (tfce::PoolPrefetchRows, kernels/dispatch.h). No TensorFlow in the loop.
 //
 // Usage: prefetch_policy ROWS DIM IDS_PER_BAG REPEATS
 // CSV on stdout: storage,prefetch,ns_per_row,policy (the distance the ops
-// would use for this table).
+// use for this table and bag length).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -20,7 +21,6 @@
 namespace {
 
 using bench::kBags;
-constexpr int64_t kDistances[] = {0, tfce::kDefaultPrefetchRows};
 
 }  // namespace
 
@@ -68,6 +68,11 @@ int main(int argc, char** argv) {
     args.bag_begin = 0;
     args.bag_end = kBags;
     args.out = out.data();
+    std::vector<int64_t> distances = {0, tfce::kDefaultPrefetchRows};
+    const int64_t lines_distance = tfce::PrefetchDistance(args.table);
+    if (lines_distance != tfce::kDefaultPrefetchRows) {
+      distances.push_back(lines_distance);
+    }
     auto run = [&](int64_t distance, int count) {
       for (int it = 0; it < count; ++it) {
         tfce::PoolArgs a = args;
@@ -78,21 +83,21 @@ int main(int argc, char** argv) {
     };
     // Round-robin over the distances, so drift on a shared machine hits
     // both alike; medians over the repeats.
-    std::vector<std::vector<double>> ns(std::size(kDistances));
-    for (int64_t d : kDistances) run(d, iters / 4 + 1);
+    std::vector<std::vector<double>> ns(distances.size());
+    for (int64_t d : distances) run(d, iters / 4 + 1);
     for (int r = 0; r < repeats; ++r) {
-      for (size_t k = 0; k < std::size(kDistances); ++k) {
+      for (size_t k = 0; k < distances.size(); ++k) {
         const auto t0 = std::chrono::steady_clock::now();
-        run(kDistances[k], iters);
+        run(distances[k], iters);
         const double s = std::chrono::duration<double>(
                              std::chrono::steady_clock::now() - t0).count();
         ns[k].push_back(s / iters / (kBags * per_bag) * 1e9);
       }
     }
-    for (size_t k = 0; k < std::size(kDistances); ++k) {
+    for (size_t k = 0; k < distances.size(); ++k) {
       std::sort(ns[k].begin(), ns[k].end());
       std::printf("%s,%lld,%.3f,%lld\n", int8 ? "int8" : "fp16",
-                  static_cast<long long>(kDistances[k]), ns[k][ns[k].size() / 2],
+                  static_cast<long long>(distances[k]), ns[k][ns[k].size() / 2],
                   static_cast<long long>(tfce::PoolPrefetchRows(args.table, per_bag)));
     }
   }

@@ -1,10 +1,11 @@
-"""Software prefetch off and on in the shipped pooling kernel, per table
-size, dim and bag length (benchmarks/prefetch_policy.cc, no TensorFlow): the
-measurements behind the ops' prefetch policy (PoolPrefetchRows in
-kernels/dispatch.h: no prefetch for long bags of short rows of a table
-that stays in cache).
+"""Software prefetch off, 16 rows ahead and PrefetchDistance rows ahead in
+the shipped pooling kernel, per table size, dim and bag length
+(benchmarks/prefetch_policy.cc, no TensorFlow): the measurements behind the
+ops' prefetch policy (PoolPrefetchRows in kernels/dispatch.h: no prefetch
+for long bags of short rows of a table that stays in cache, else about 64
+cache lines in flight).
 
-    python benchmarks/prefetch_policy.py [--quick]     # ~2 min
+    python benchmarks/prefetch_policy.py [--quick]     # ~3 min
 
 Writes results/prefetch_policy.csv and the prefetch_policy section of
 RESULTS.md.
@@ -12,6 +13,7 @@ RESULTS.md.
 import argparse
 import csv
 import io
+import math
 import os
 import subprocess
 import sys
@@ -49,46 +51,61 @@ def measure(binary, rows, dims, lens, repeats):
     return out
 
 
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def table_lines(results, rows, dims, lens, repeats):
-    index = {(x["storage"], x["rows"], x["dim"], x["L"], int(x["prefetch"])):
-             x for x in results}
-    on = max(int(x["prefetch"]) for x in results)
+    cells = {}  # (storage, rows, dim, L) -> {distance: ns}, policy's distance
+    for x in results:
+        key = (x["storage"], x["rows"], x["dim"], x["L"])
+        times, _ = cells.setdefault(key, ({}, int(x["policy"])))
+        times[int(x["prefetch"])] = float(x["ns_per_row"])
     lines = [
+        f"Machine: {results_md.cpu_model()}, {os.cpu_count()} CPUs. "
         f"512 bags x L uniform ids, ns per looked-up row, median of {repeats} "
-        f"repeats, prefetch off and {on} rows ahead timed round-robin in one "
-        "process; tables of 4 MiB or more on 2 MiB pages, as the ops do. "
-        "Each cell: off / on (**bold**: the one the ops choose, "
-        "`PoolPrefetchRows`). The policy turns prefetch off for bags of 8 ids "
-        "or more of a table of at most 8x one core's L2 with rows under 64 "
-        "bytes.",
+        "repeats, timed round-robin in one process; tables of 4 MiB or more "
+        "on 2 MiB pages, as the ops do. Each cell: prefetch off / 16 rows "
+        "ahead / `PrefetchDistance` rows ahead (about 64 cache lines in "
+        "flight; omitted where it is 16), **bold**: the one the ops choose "
+        "(`PoolPrefetchRows`). The policy turns prefetch off for bags of 8 "
+        "ids or more of a table of at most 8x one core's L2 with rows under "
+        "64 bytes.",
         "",
-        "| storage | rows | D | table MiB | "
+        "| storage | rows | D | ahead | table MiB | "
         + " | ".join(f"L = {L}" for L in lens) + " |",
-        "|---|---|---|---|" + "---|" * len(lens)]
+        "|---|---|---|---|---|" + "---|" * len(lens)]
     right = total = 0
-    loss = []
+    loss, gain = [], []
     for storage in ("int8", "fp16"):
         for r in rows:
             for d in dims:
                 mib = r * (d + 4 if storage == "int8" else 2 * d) / 2**20
-                cells = []
+                row_cells, ahead = [], 16
                 for L in lens:
-                    off = index[(storage, r, d, L, 0)]
-                    onr = index[(storage, r, d, L, on)]
-                    t_off, t_on = float(off["ns_per_row"]), float(onr["ns_per_row"])
-                    chosen_off = int(off["policy"]) == 0
-                    a, b = f"{t_off:.1f}", f"{t_on:.1f}"
-                    cells.append(f"**{a}** / {b}" if chosen_off else f"{a} / **{b}**")
-                    chosen, other = (t_off, t_on) if chosen_off else (t_on, t_off)
+                    times, policy = cells[(storage, r, d, L)]
+                    # off, 16, then PrefetchDistance (which may be below 16)
+                    order = sorted(times, key=lambda k: (k != 0, k != 16))
+                    ahead = order[-1] if len(order) == 3 else 16
+                    row_cells.append(" / ".join(
+                        f"**{times[k]:.1f}**" if k == policy else f"{times[k]:.1f}"
+                        for k in order))
                     total += 1
-                    right += chosen <= other * 1.05
-                    loss.append(chosen / min(t_off, t_on))
-                lines.append(f"| {storage} | {r:,} | {d} | {mib:.1f} | "
-                             + " | ".join(cells) + " |")
+                    right += times[policy] <= min(times.values()) * 1.05
+                    loss.append(times[policy] / min(times.values()))
+                    if policy not in (0, 16):
+                        gain.append(times[16] / times[policy])
+                lines.append(f"| {storage} | {r:,} | {d} | {ahead} | {mib:.1f} | "
+                             + " | ".join(row_cells) + " |")
     loss.sort()
-    lines += ["", f"The policy's choice is the faster or within 5 % in "
-              f"{right} of {total} cells; its time over the faster choice: "
-              f"median {loss[len(loss) // 2]:.2f}x, worst {loss[-1]:.2f}x."]
+    lines += ["", f"The policy's choice is the fastest or within 5 % in "
+              f"{right} of {total} cells; its time over the fastest: median "
+              f"{loss[len(loss) // 2]:.2f}x, worst {loss[-1]:.2f}x."]
+    if gain:
+        lines[-1] += (f" Where it prefetches other than 16 rows ahead "
+                      f"({len(gain)} cells), 16 ahead takes {geomean(gain):.2f}x "
+                      f"its time (geometric mean; {min(gain):.2f}x to "
+                      f"{max(gain):.2f}x).")
     return lines
 
 
@@ -111,7 +128,8 @@ def main(argv=None):
     results_md.write_csv("prefetch_policy.csv", results)
     results_md.replace_section(
         "prefetch_policy", "Prefetch policy: the pooling kernel with prefetch "
-        "off and on (`python benchmarks/prefetch_policy.py`)",
+        "off, 16 and PrefetchDistance rows ahead "
+        "(`python benchmarks/prefetch_policy.py`)",
         "\n".join(lines))
     print("wrote results/prefetch_policy.csv and RESULTS.md")
 

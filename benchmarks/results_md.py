@@ -2,6 +2,7 @@
 whole when its benchmark runs again; and the CSVs in benchmarks/results/."""
 import csv
 import os
+import platform
 import re
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,3 +32,21 @@ def write_csv(name, rows):
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def cpu_model():
+    """The CPU's model name with its family and model numbers: the machines
+    these benchmarks run on change between runs (AMD and Intel so far)."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if ":" in line:
+                    k, v = line.split(":", 1)
+                    info.setdefault(k.strip(), v.strip())
+    except OSError:
+        pass
+    name = info.get("model name") or platform.processor() or "unknown"
+    if "cpu family" in info and "model" in info:
+        name += f" (family {info['cpu family']} model {info['model']})"
+    return name

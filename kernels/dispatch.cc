@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cpu_features.h"
+#include "kernels/tuning_env.h"
 
 namespace tfce {
 
@@ -93,18 +94,10 @@ Selection Select() {
   return s;
 }
 
-// TFCE_PREFETCH_ROWS, or -1 if unset or invalid (a tuning hint only: a bad
-// value is ignored).
+// TFCE_PREFETCH_ROWS (whole rows, 0..4096), or -1 if unset or invalid.
 int64_t ForcedPrefetchRows() {
-  static const int64_t forced = [] {
-    const char* value = std::getenv("TFCE_PREFETCH_ROWS");
-    if (value == nullptr || *value == '\0') return int64_t{-1};
-    char* end = nullptr;
-    const long long parsed = std::strtoll(value, &end, 10);
-    return (*end == '\0' && parsed >= 0 && parsed <= 4096)
-               ? static_cast<int64_t>(parsed)
-               : int64_t{-1};
-  }();
+  static const int64_t forced =
+      static_cast<int64_t>(TuningEnv("TFCE_PREFETCH_ROWS", -1, 4096));
   return forced;
 }
 
@@ -115,20 +108,40 @@ int64_t PrefetchRows() {
   return forced >= 0 ? forced : kDefaultPrefetchRows;
 }
 
+namespace {
+
+int64_t RowBytes(const TableView& table) {
+  return table.dim * (table.storage == Storage::kInt8 ? 1 : 2);
+}
+
+int64_t ScaleBytes(const TableView& table) {
+  return table.storage == Storage::kInt8 ? 4 : 0;
+}
+
+}  // namespace
+
+int64_t PrefetchDistance(const TableView& table) {
+  const double lines = static_cast<double>(RowBytes(table)) / 64 + 1 +
+                       (ScaleBytes(table) > 0 ? 1 : 0);
+  const double rows = kPrefetchLines / lines;
+  if (rows <= kMinPrefetchRows) return kMinPrefetchRows;
+  if (rows >= kMaxPrefetchRows) return kMaxPrefetchRows;
+  return static_cast<int64_t>(rows);
+}
+
 int64_t PoolPrefetchRows(const TableView& table, double ids_per_bag) {
   const int64_t forced = ForcedPrefetchRows();
   if (forced >= 0) return forced;
-  if (ids_per_bag < kLongBagIds) return kDefaultPrefetchRows;
-  const int64_t row_bytes =
-      table.dim * (table.storage == Storage::kInt8 ? 1 : 2);
-  const int64_t scale_bytes = table.storage == Storage::kInt8 ? 4 : 0;
-  // In doubles: rows * row_bytes of a view may exceed int64 in principle.
-  const double table_bytes =
-      static_cast<double>(table.rows) * (row_bytes + scale_bytes);
-  const bool cached =
-      table_bytes <= static_cast<double>(kCachedTableL2Multiple) *
-                         GetCpuFeatures().l2_cache_bytes;
-  return cached && row_bytes < 64 ? 0 : kDefaultPrefetchRows;
+  if (ids_per_bag >= kLongBagIds && RowBytes(table) < 64) {
+    // In doubles: rows * bytes of a view may exceed int64 in principle.
+    const double table_bytes = static_cast<double>(table.rows) *
+                               (RowBytes(table) + ScaleBytes(table));
+    if (table_bytes <= static_cast<double>(kCachedTableL2Multiple) *
+                           GetCpuFeatures().l2_cache_bytes) {
+      return 0;
+    }
+  }
+  return PrefetchDistance(table);
 }
 
 const KernelSet* KernelTable(int* num_rows) {

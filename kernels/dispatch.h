@@ -25,19 +25,31 @@ const KernelSet* KernelTable(int* num_rows);
 const KernelSet* SelectedKernels(std::string* error);
 
 // How many ids ahead the lookup kernels prefetch rows: TFCE_PREFETCH_ROWS if
-// set (0 disables; read once per process), else kDefaultPrefetchRows.
+// set (0 disables; read once per process), else kDefaultPrefetchRows. (The
+// lookup showed no gain from turning them off, 0.92-1.03x.)
 constexpr int64_t kDefaultPrefetchRows = 16;
 int64_t PrefetchRows();
 
-// The same for the pooling kernels on `table` with bags of `ids_per_bag` ids
-// on average: TFCE_PREFETCH_ROWS if set, else 0 when the bags are long
+// Rows ahead for the pooling kernels on a table beyond the cache: enough
+// that about kPrefetchLines cache lines are in flight. A random row of B
+// bytes touches B / 64 + 1 lines on average (it may straddle one more), an
+// int8 row one more for its scale: 29 rows for int8 dim 12, 46 for fp16 dim
+// 12, 16 for int8 dim 128, within [kMinPrefetchRows, kMaxPrefetchRows].
+// Short rows gain from more rows in flight (fp16 dim 12-32: up to 1.4x over
+// 16 ahead), long rows do not (their lines already fill the miss buffers):
+// `python benchmarks/prefetch_policy.py`.
+constexpr double kPrefetchLines = 64;
+constexpr int64_t kMinPrefetchRows = 8;
+constexpr int64_t kMaxPrefetchRows = 48;
+int64_t PrefetchDistance(const TableView& table);
+
+// The distance the pooling kernels use on `table` with bags of `ids_per_bag`
+// ids on average: TFCE_PREFETCH_ROWS if set, else 0 when the bags are long
 // (kLongBagIds or more) and the table stays in cache (at most
-// kCachedTableL2Multiple x one core's L2) with rows under a cache line; else
-// kDefaultPrefetchRows. There the prefetches only cost instructions (up to
-// 1.7x slower), while short bags, long rows and tables beyond the cache need
-// them (up to 3.6x faster): `python benchmarks/prefetch_policy.py`. The
-// lookup (one row per output) showed no gain from turning them off
-// (0.92-1.03x) and keeps the fixed distance.
+// kCachedTableL2Multiple x one core's L2) with rows under a cache line,
+// else PrefetchDistance(table). There the prefetches only cost instructions
+// (up to 1.7x slower), while short bags, long rows and tables beyond the
+// cache need them (up to 3.6x faster).
 constexpr double kLongBagIds = 8;
 constexpr int64_t kCachedTableL2Multiple = 8;
 int64_t PoolPrefetchRows(const TableView& table, double ids_per_bag);

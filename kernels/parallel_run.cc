@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
 
+#include "kernels/tuning_env.h"
 #include "tensorflow/core/platform/threadpool.h"
 
 namespace tfce {
@@ -99,26 +100,18 @@ Standby& GlobalStandby() {
   return *standby;                        // may outlive static destructors
 }
 
-// A tuning value from the environment, or `fallback` if unset or invalid.
-double EnvNumber(const char* name, double fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  char* end = nullptr;
-  const double parsed = std::strtod(value, &end);
-  return (*end == '\0' && parsed >= 0) ? parsed : fallback;
-}
-
 }  // namespace
 
 double MinParallelCost() {
   static const double cost =
-      EnvNumber("TFCE_MIN_PARALLEL_COST", kDefaultMinParallelCost);
+      TuningEnv("TFCE_MIN_PARALLEL_COST", kDefaultMinParallelCost,
+                std::numeric_limits<double>::max());
   return cost;
 }
 
 int64_t StandbyMicros() {
-  static const int64_t micros = static_cast<int64_t>(std::min(
-      EnvNumber("TFCE_STANDBY_US", kDefaultStandbyMicros), 1e6));
+  static const int64_t micros = static_cast<int64_t>(
+      TuningEnv("TFCE_STANDBY_US", kDefaultStandbyMicros, 1e6));
   return micros;
 }
 

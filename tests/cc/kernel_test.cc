@@ -24,6 +24,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/fp16.h"
 #include "kernels/kernel_api.h"
+#include "kernels/tuning_env.h"
 
 namespace tfce {
 namespace {
@@ -314,26 +315,69 @@ void TestPrefetchPolicy() {
       const int64_t rows = cached / (dim * f.elem_bytes + f.scale_bytes);
       Check(prefetch(f.storage, rows, dim, long_bag) == 0,
             name(f.name, dim, "cached: no prefetch"));
-      Check(prefetch(f.storage, rows + 1, dim, long_bag) == kDefaultPrefetchRows,
+      const int64_t distance =
+          PrefetchDistance(TableView{f.storage, nullptr, nullptr, rows, dim});
+      Check(prefetch(f.storage, rows + 1, dim, long_bag) == distance,
             name(f.name, dim, "past the cache: prefetch"));
-      Check(prefetch(f.storage, rows, dim, short_bag) == kDefaultPrefetchRows,
+      Check(prefetch(f.storage, rows, dim, short_bag) == distance,
             name(f.name, dim, "cached, short bags: prefetch"));
-      Check(prefetch(f.storage, huge, dim, long_bag) == kDefaultPrefetchRows,
+      Check(prefetch(f.storage, huge, dim, long_bag) == distance,
             name(f.name, dim, "huge table: prefetch"));
     }
   }
   // Rows of a cache line or more are prefetched at any table size.
-  Check(prefetch(Storage::kInt8, 10, 64, 100) == kDefaultPrefetchRows,
-        "int8 dim 64: prefetch");
-  Check(prefetch(Storage::kFp16, 10, 32, 100) == kDefaultPrefetchRows,
-        "fp16 dim 32: prefetch");
+  Check(prefetch(Storage::kInt8, 10, 64, 100) == 21, "int8 dim 64: prefetch");
+  Check(prefetch(Storage::kFp16, 10, 32, 100) == 32, "fp16 dim 32: prefetch");
   Check(PrefetchRows() == kDefaultPrefetchRows, "lookup: fixed distance");
+  // About kPrefetchLines lines in flight: 64 / (bytes / 64 + 1 [+ 1 for
+  // an int8 row's scale]) rows, within [kMinPrefetchRows, kMaxPrefetchRows].
+  struct Distance {
+    Storage storage;
+    int64_t dim, rows;
+  };
+  for (const Distance& d : {Distance{Storage::kInt8, 12, 29},
+                            Distance{Storage::kInt8, 128, 16},
+                            Distance{Storage::kFp16, 12, 46},
+                            Distance{Storage::kFp16, 128, 12},
+                            Distance{Storage::kFp16, 1, kMaxPrefetchRows},
+                            Distance{Storage::kFp16, 4096, kMinPrefetchRows}}) {
+    const int64_t got =
+        PrefetchDistance(TableView{d.storage, nullptr, nullptr, 1000, d.dim});
+    Check(got == d.rows, std::string(d.storage == Storage::kInt8 ? "int8" : "fp16") +
+                             " dim " + std::to_string(d.dim) + " prefetches " +
+                             std::to_string(got) + " rows ahead");
+  }
+}
+
+// Tuning variables: a number in [0, max] or the fallback, never a failure.
+void TestTuningEnv() {
+  const char* kName = "TFCE_TEST_TUNING_VALUE";
+  struct Case {
+    const char* value;  // nullptr: unset
+    double expected;
+  };
+  for (const Case& c : {Case{nullptr, -1}, Case{"", -1}, Case{"0", 0},
+                        Case{"16", 16}, Case{"2.5e3", 2500}, Case{"4096", 4096},
+                        Case{"4097", -1}, Case{"-1", -1}, Case{"16x", -1},
+                        Case{"abc", -1}, Case{"nan", -1}, Case{" 8", 8}}) {
+    if (c.value == nullptr) {
+      unsetenv(kName);
+    } else {
+      setenv(kName, c.value, 1);
+    }
+    const double got = TuningEnv(kName, -1, 4096);
+    Check(got == c.expected, std::string("TuningEnv(\"") +
+                                 (c.value ? c.value : "<unset>") + "\") = " +
+                                 std::to_string(got));
+  }
+  unsetenv(kName);
 }
 
 }  // namespace
 }  // namespace tfce
 
 int main() {
+  tfce::TestTuningEnv();
   tfce::TestPrefetchPolicy();
   tfce::TestHalfDecoding();
   tfce::TestAllRows();

@@ -30,18 +30,22 @@ def test_prefetch_policy_quick():
         [sys.executable, os.path.join(ROOT, "benchmarks", "prefetch_policy.py"),
          "--quick"], capture_output=True, text=True, timeout=600, check=True,
         cwd=ROOT).stdout
-    cells = re.findall(r"^\| (int8|fp16) \| 100,000 \| (\d+) \| [\d.]+ \| "
-                       r"(\**)([\d.]+)\** / (\**)([\d.]+)\** \|$", out, re.M)
-    # int8 and fp16 at dims 12 and 64, each timed with prefetch off and on.
-    assert sorted((s, d) for s, d, *_ in cells) == [
-        ("fp16", "12"), ("fp16", "64"), ("int8", "12"), ("int8", "64")], out
-    assert all(float(off) > 0 and float(on) > 0
-               for _, _, _, off, _, on in cells)
-    # One choice marked per cell; bags of 20 ids of dim 12 rows from a
-    # 100k-row table (1.5 MiB int8, 2.3 MiB fp16: within 8x any L2 of 256
-    # KiB or more): no prefetch. (Dim 64 rows are prefetched.)
-    for storage, dim, bold_off, _, bold_on, _ in cells:
-        assert (bold_off == "**") != (bold_on == "**"), out
-        assert (bold_off == "**") == (dim == "12"), out
-    assert re.search(r"The policy's choice is the faster or within 5 % in "
+    cells = re.findall(r"^\| (int8|fp16) \| 100,000 \| (\d+) \| (\d+) \| [\d.]+ \| "
+                       r"(.*) \|$", out, re.M)
+    # int8 and fp16 at dims 12 and 64, each timed with prefetch off, 16 ahead
+    # and PrefetchDistance ahead (int8: 64 / (bytes / 64 + 2) rows, fp16:
+    # 64 / (bytes / 64 + 1)).
+    assert sorted((s, d, a) for s, d, a, _ in cells) == [
+        ("fp16", "12", "46"), ("fp16", "64", "21"), ("int8", "12", "29"),
+        ("int8", "64", "21")], out
+    for storage, dim, ahead, cell in cells:
+        times = cell.split(" / ")
+        assert len(times) == 3 and all(float(t.strip("*")) > 0 for t in times), out
+        # One choice marked; bags of 20 ids of dim 12 rows from a 100k-row
+        # table (1.5 MiB int8, 2.3 MiB fp16: within 8x any L2 of 256 KiB or
+        # more): no prefetch. Dim 64 rows: PrefetchDistance ahead.
+        bold = [t.startswith("**") for t in times]
+        assert bold == ([True, False, False] if dim == "12"
+                        else [False, False, True]), out
+    assert re.search(r"The policy's choice is the fastest or within 5 % in "
                      r"\d+ of 4 cells", out), out
