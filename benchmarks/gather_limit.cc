@@ -4,7 +4,7 @@
 // "touch" reads one byte of every 64-byte line a looked-up row occupies (and,
 // for the tfce int8 layout, of its scale's line) and adds it to a register:
 // no decode, no FMA, only the memory traffic a pooling kernel cannot avoid.
-// It runs with the same prefetch distances as the kernel; the best is the
+// It runs at prefetch distances 0, 16, 32 and 64 rows; the best is the
 // limit. Layouts:
 //   int8      tfce: int8 [R, D] and a separate float32 scales [R]
 //   fp16      tfce: half [R, D]
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> sink(threads);
   for (const Layout& l : layouts) {
     const double lines = LinesPerRow(l, batches[0]);
-    for (int64_t distance : {int64_t{0}, int64_t{16}, int64_t{32}}) {
+    for (int64_t distance : {int64_t{0}, int64_t{16}, int64_t{32}, int64_t{64}}) {
       const double ns = Time(threads, repeats, per_bag, num_batches,
                              [&](int batch, int64_t b0, int64_t b1) {
         sink[b0 * threads / kBags] += Touch(

@@ -5,7 +5,7 @@ shipped pooling kernel on the same memory (benchmarks/gather_limit.cc).
 
 For the op benchmark's 2M-row tables (512 bags x 80 uniform ids), each
 layout's rows are only touched (one byte per 64-byte line, the scale's line
-too) at prefetch distances 0, 16 and 32; the fastest is the limit a pooling
+too) at prefetch distances 0, 16, 32 and 64; the fastest is the limit a pooling
 kernel on that layout cannot beat. The tfce int8 layout keeps its scales in a
 separate array (a second random line per row); FBGEMM's 8-bit layout keeps
 scale and bias inline (D + 8 bytes). 1 and 2 threads, 4 KiB pages (how TF
@@ -77,12 +77,13 @@ def main(argv=None):
 
     isa = next(r["what"] for r in rows if r["what"].startswith("kernel"))
     lines = [
+        f"Machine: {results_md.cpu_model()}, {os.cpu_count()} CPUs. "
         f"{rows_n:,}-row tables, 512 bags x 80 uniform ids (the op "
         "benchmark's 2M cells), ns per looked-up row, median of "
         f"{repeats} repeats. **limit** = the fastest of touching every line "
-        "of each row (and of its int8 scale) at prefetch distance 0, 16 or "
-        f"32; **kernel** = the shipped pooling kernel ({isa[7:]}, default "
-        "prefetch) on the same memory, no TensorFlow; in brackets kernel / "
+        "of each row (and of its int8 scale) at prefetch distance 0, 16, 32 "
+        f"or 64; **kernel** = the shipped pooling kernel ({isa[7:]}, the ops' "
+        "prefetch distance) on the same memory, no TensorFlow; in brackets kernel / "
         "limit. `int8 inline` is FBGEMM's 8-bit rowwise layout (D + 8 bytes, "
         "scale and bias in the row), touched only. Lines per row: int8 "
         "counts the scale's line.", "",

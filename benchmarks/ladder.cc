@@ -5,7 +5,7 @@
 // without and with prefetch, called through the dispatch table.
 //
 //   fp32     FP32 table, AVX2 FMA pooling (the baseline), and fp32+pref
-//            with the shipped kernel's prefetch
+//            with the shipped kernel's prefetch rule (tfce::PrefetchDistance)
 //   0 naive  scalar decode of each row to an FP32 buffer, then scalar pool
 //   1 simd   SIMD decode to the buffer (lanes built element by element),
 //            SIMD pool from the buffer; scalar remainder
@@ -14,7 +14,8 @@
 //   4 +fused decode fused into the FMA accumulation, no FP32 buffer
 //   5 +shape the shipped kernel without prefetch: dims specialised at compile
 //            time, accumulators in registers, two accumulator sets
-//   6 +pref  the shipped kernel: + software prefetch kDefaultPrefetchRows ids ahead
+//   6 +pref  the shipped kernel: + software prefetch PrefetchDistance ids ahead
+//            (as the ops do for a table beyond the cache)
 //
 // Usage: ladder ROWS DIM BAGS IDS_PER_BAG REPEATS [PREFETCH,...]
 // CSV lines on stdout. With a list of prefetch distances, only the shipped
@@ -336,7 +337,10 @@ int main(int argc, char** argv) {
       {"3 +load", [&](Storage s, const int64_t* ids, float* o) { DecodeThenPool<true, true>(w, s, ids, o); }},
       {"4 +fused", [&](Storage s, const int64_t* ids, float* o) { FusedRuntimeDim(w, s, ids, o); }},
       {"5 +shape", [&](Storage s, const int64_t* ids, float* o) { Shipped(w, s, ids, o, 0); }},
-      {"6 +pref", [&](Storage s, const int64_t* ids, float* o) { Shipped(w, s, ids, o, tfce::kDefaultPrefetchRows); }},
+      {"6 +pref", [&](Storage s, const int64_t* ids, float* o) {
+         Shipped(w, s, ids, o, tfce::PrefetchDistance(s == Storage::kInt8 ? w.dim : 2 * w.dim,
+                                                      s == Storage::kInt8));
+       }},
   };
   std::printf("rows,dim,per_bag,format,step,ns_per_row\n");
   if (argc == 7) {  // prefetch distance sweep of the shipped kernel
@@ -358,7 +362,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  for (const int64_t prefetch : {int64_t{0}, tfce::kDefaultPrefetchRows}) {
+  for (const int64_t prefetch : {int64_t{0}, tfce::PrefetchDistance(4 * w.dim, false)}) {
     const double fp32 = MedianNsPerRow(
         w, [&](const int64_t* ids, float* o) { Fp32Pool(w, ids, o, prefetch); },
         repeats);

@@ -121,8 +121,12 @@ int64_t ScaleBytes(const TableView& table) {
 }  // namespace
 
 int64_t PrefetchDistance(const TableView& table) {
-  const double lines = static_cast<double>(RowBytes(table)) / 64 + 1 +
-                       (ScaleBytes(table) > 0 ? 1 : 0);
+  return PrefetchDistance(RowBytes(table), ScaleBytes(table) > 0);
+}
+
+int64_t PrefetchDistance(int64_t row_bytes, bool scale_line) {
+  const double lines =
+      static_cast<double>(row_bytes) / 64 + 1 + (scale_line ? 1 : 0);
   const double rows = kPrefetchLines / lines;
   if (rows <= kMinPrefetchRows) return kMinPrefetchRows;
   if (rows >= kMaxPrefetchRows) return kMaxPrefetchRows;

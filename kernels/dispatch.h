@@ -42,6 +42,9 @@ constexpr double kPrefetchLines = 64;
 constexpr int64_t kMinPrefetchRows = 8;
 constexpr int64_t kMaxPrefetchRows = 48;
 int64_t PrefetchDistance(const TableView& table);
+// The same rule for any row of `row_bytes`, with or without a separate scale
+// line (the ladder's FP32 baseline uses it too).
+int64_t PrefetchDistance(int64_t row_bytes, bool scale_line);
 
 // The distance the pooling kernels use on `table` with bags of `ids_per_bag`
 // ids on average: TFCE_PREFETCH_ROWS if set, else 0 when the bags are long

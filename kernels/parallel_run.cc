@@ -77,7 +77,14 @@ class Standby {
           std::lock_guard<std::mutex> lock(mu_);
           work = posted_;
         }
-        if (work != nullptr) work->Drain();
+        if (work != nullptr) {
+          // Busy with this call's chunks, so not standing by: a call posted
+          // meanwhile wakes another pool thread instead of counting on this
+          // one (which still joins it afterwards, if chunks are left).
+          waiting_.fetch_sub(1, std::memory_order_acq_rel);
+          work->Drain();
+          waiting_.fetch_add(1, std::memory_order_acq_rel);
+        }
         deadline = std::chrono::steady_clock::now() + window;
       }
       CpuRelax();
