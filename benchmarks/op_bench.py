@@ -61,7 +61,9 @@ BAGS = 512
 SEED = 20240601
 
 # name -> (label, framework, kind, format)
-#   kind: "pool" (weighted-sum pooling, [B, D] out), "nopool" (L=1 gather +
+#   kind: "pool" (weighted-sum pooling, [B, D] out), "pool1t" (the same,
+#   capped at 1 thread inside a multi-thread process, for same-process
+#   thread scaling; timed only there and at L >= 20), "nopool" (L=1 gather +
 #   decode, [B*L, D] out) or "floor" (the empty TF loop, for reference)
 SYSTEMS = {
     "tf_elsparse_fp32": ("TF embedding_lookup_sparse fp32", "tf", "pool", "fp32"),
@@ -73,6 +75,10 @@ SYSTEMS = {
     "pt_fp32_bag": ("FBGEMM embedding_bag fp32", "torch", "pool", "fp32"),
     "pt_fp16_bag": ("FBGEMM embedding_bag fp16", "torch", "pool", "fp16"),
     "pt_int8_bag": ("FBGEMM byte rowwise int8", "torch", "pool", "fbgemm8"),
+    "tfce_fp16_1t": ("tfce fused_decode_axpy fp16, 1 thread", "tf", "pool1t", "fp16"),
+    "tfce_int8_1t": ("tfce fused_decode_axpy int8, 1 thread", "tf", "pool1t", "int8"),
+    "pt_fp16_bag_1t": ("FBGEMM embedding_bag fp16, 1 thread", "torch", "pool1t", "fp16"),
+    "pt_int8_bag_1t": ("FBGEMM byte rowwise int8, 1 thread", "torch", "pool1t", "fbgemm8"),
     "tf_gather_fp32": ("tf.gather fp32", "tf", "nopool", "fp32"),
     "keras_int8": ("Keras Embedding int8", "tf", "nopool", "int8"),
     "tf_naive_lookup_fp16": ("TF gather fp16+cast", "tf", "nopool", "fp16"),
@@ -93,6 +99,10 @@ SHORT = {
     "pt_fp32_bag": "FBGEMM fp32",
     "pt_fp16_bag": "FBGEMM fp16",
     "pt_int8_bag": "FBGEMM int8",
+    "tfce_fp16_1t": "tfce fp16 1t",
+    "tfce_int8_1t": "tfce int8 1t",
+    "pt_fp16_bag_1t": "FBGEMM fp16 1t",
+    "pt_int8_bag_1t": "FBGEMM int8 1t",
     "tf_gather_fp32": "tf.gather fp32",
     "keras_int8": "Keras int8",
     "tf_naive_lookup_fp16": "TF naive lookup fp16",
@@ -378,10 +388,10 @@ class TFTables:
             emb.quantize("int8")
             self.keras = emb
         self.v32 = tf.Variable(table, trainable=False, name="fp32")
-        need8 = any(n in want for n in ("tfce_int8", "tfce_lookup_int8",
-                                        "tf_naive_int8"))
-        need16 = any(n in want for n in ("tfce_fp16", "tfce_lookup_fp16",
-                                         "tf_naive_fp16"))
+        need8 = any(n in want for n in ("tfce_int8", "tfce_int8_1t",
+                                        "tfce_lookup_int8", "tf_naive_int8"))
+        need16 = any(n in want for n in ("tfce_fp16", "tfce_fp16_1t",
+                                         "tfce_lookup_fp16", "tf_naive_fp16"))
         if need8:
             self.ct8 = tfce.quantize(table, "int8")
             # stock naive int8: its own copies of the same bytes
@@ -415,10 +425,16 @@ def tf_step_fns(tf, tfce, tabs, bags):
         h = tf.cast(tf.gather(tabs.h16, ids), tf.float32)
         return tf.math.segment_sum(h * w[:, None], seg)
 
-    def fused(ct):
+    def fused(ct, max_threads=0):
         def f(ids, w, seg, sp_idx):
-            return tfce.fused_decode_axpy(ct, ids, seg, w, "sum",
-                                          num_segments=bags)
+            out = tfce.fused_decode_axpy(ct, ids, seg, w, "sum",
+                                         num_segments=bags)
+            if max_threads:
+                # The ops' internal thread cap (kernels/parallel_run.h).
+                from tensorflow.core.framework import attr_value_pb2
+                out.op._set_attr("_tfce_max_threads",
+                                 attr_value_pb2.AttrValue(i=max_threads))
+            return out
         return f
 
     def lookup(ct):
@@ -447,10 +463,12 @@ def tf_step_fns(tf, tfce, tabs, bags):
            "tf_gather_fp32": gather, "tf_loop_floor": floor}
     if tabs.ct8 is not None:
         fns.update(tf_naive_int8=naive_int8, tfce_int8=fused(tabs.ct8),
+                   tfce_int8_1t=fused(tabs.ct8, max_threads=1),
                    tfce_lookup_int8=lookup(tabs.ct8),
                    tf_naive_lookup_int8=naive_lookup_int8)
     if tabs.ct16 is not None:
         fns.update(tf_naive_fp16=naive_fp16, tfce_fp16=fused(tabs.ct16),
+                   tfce_fp16_1t=fused(tabs.ct16, max_threads=1),
                    tfce_lookup_fp16=lookup(tabs.ct16),
                    tf_naive_lookup_fp16=naive_lookup_fp16)
     if tabs.keras is not None:
@@ -516,12 +534,17 @@ def tf_timed(tf, name, step, ids_pool, w_pool, seg, sp_idx):
 class TorchTables:
     def __init__(self, torch, table, want):
         self.w32 = torch.from_numpy(table)  # shares the numpy table
-        self.w16 = self.w32.half() if "pt_fp16_bag" in want else None
+        self.w16 = (self.w32.half() if any(n.startswith("pt_fp16_bag")
+                                           for n in want) else None)
         self.p8 = (torch.ops.quantized.embedding_bag_byte_prepack(self.w32)
-                   if "pt_int8_bag" in want else None)
+                   if any(n.startswith("pt_int8_bag") for n in want) else None)
 
 
 def torch_timed(torch, name, tabs, ids_pool, w_pool, bags):
+    """FBGEMM system `name`; a "_1t" name runs on 1 thread (set around each
+    timed call) inside a multi-thread process."""
+    one_thread = name.endswith("_1t")
+    name = name.removesuffix("_1t")
     F = torch.nn.functional
     nb, n_ids = ids_pool.shape
     length = n_ids // bags
@@ -552,15 +575,21 @@ def torch_timed(torch, name, tabs, ids_pool, w_pool, bags):
         raise KeyError(name)
 
     def run(n, start):
-        with torch.inference_mode():
-            for k in range(n):
-                step((start + k) % nb)
+        threads = torch.get_num_threads()
+        if one_thread:
+            torch.set_num_threads(1)
+        try:
+            with torch.inference_mode():
+                for k in range(n):
+                    step((start + k) % nb)
+        finally:
+            torch.set_num_threads(threads)
 
     def output(b):
         with torch.inference_mode():
             return step(b).float().numpy()
 
-    return Timed(name, run, output)
+    return Timed(name + ("_1t" if one_thread else ""), run, output)
 
 
 # --------------------------------------------------------------------------
@@ -646,6 +675,8 @@ def worker_main(args):
                     continue
                 if kind == "nopool" and length != 1:
                     continue
+                if kind == "pool1t" and (threads == 1 or length < 20):
+                    continue
                 if fw == "tf" and tf is not None:
                     if name in fns:
                         systems.append(tf_timed(tf, name, fns[name], ids_pool,
@@ -665,7 +696,7 @@ def worker_main(args):
                 kind, fmt = SYSTEMS[s.name][2], SYSTEMS[s.name][3]
                 if kind == "floor":
                     continue
-                pooled = kind == "pool"
+                pooled = kind in ("pool", "pool1t")
                 if pooled not in refs:
                     refs[pooled] = reference(table, ids_pool[0], w_pool[0],
                                              bags, pooled)
@@ -840,6 +871,56 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
+SCALING = (("tfce_int8", "tfce int8"), ("tfce_fp16", "tfce fp16"),
+           ("pt_int8_bag", "FBGEMM int8"), ("pt_fp16_bag", "FBGEMM fp16"))
+
+
+def thread_scaling_lines(rows, index):
+    """Same-process thread scaling: each system's 1-thread time over its
+    N-thread time, both timed round-robin in the N-thread process."""
+    multi = sorted({r["threads"] for r in rows if r["kind"] == "pool1t"})
+    out = []
+    for t in multi:
+        cells = sorted({(r["rows"], r["dim"], r["L"], r["dist"]) for r in rows
+                        if r["threads"] == t and r["kind"] == "pool1t"},
+                       key=lambda c: (c[0], c[3], c[2], c[1]))
+
+        def ratio(cell, name):
+            many = index.get((t, *cell, name))
+            one = index.get((t, *cell, name + "_1t"))
+            return one["ns_per_row"] / many["ns_per_row"] if many and one else None
+
+        def fmt(v):
+            return f"{v:.2f}×" if v else "–"
+
+        out += [f"### Thread scaling in one process: {t} threads over 1\n",
+                f"In the {t}-thread process, each system also ran capped at 1 "
+                "thread (tfce: the ops' internal `_tfce_max_threads` node "
+                "attribute; FBGEMM: `torch.set_num_threads(1)` around the "
+                "timed loop), interleaved in the same round-robin; cells "
+                f"show 1-thread time / {t}-thread time (> 1: the threads "
+                "help). Cells with L >= 20; the target rows are the 2M-row "
+                "tables at L = 80.\n",
+                "| R | D | L | ids | " + " | ".join(n for _, n in SCALING) + " |",
+                "|---|---|---|---|" + "---|" * len(SCALING)]
+        target = [c for c in cells if c[0] == max(c[0] for c in cells)
+                  and c[2] == 80]
+        for cell in target:
+            R, D, L, dist = cell
+            out.append(f"| {fmt_rows(R)} | {D} | {L} | {dist} | " + " | ".join(
+                fmt(ratio(cell, n)) for n, _ in SCALING) + " |")
+        for label, group in (("geometric mean, these rows", target),
+                             (f"geometric mean, the {len(cells)} cells with "
+                              "L >= 20", cells)):
+            if not group:
+                continue
+            out.append(f"| {label} | | | | " + " | ".join(
+                fmt(geomean([ratio(c, n) or "" for c in group]))
+                for n, _ in SCALING) + " |")
+        out.append("")
+    return out
+
+
 def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
     lines = []
     add = lines.append
@@ -999,6 +1080,7 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
                     + " |")
             add("")
     bad = [r for r in rows if r["check_ok"] is False]
+    lines.extend(thread_scaling_lines(rows, index))
     add("### Correctness\n")
     add("Once per cell, each system's output for one batch is compared with a "
         "float64 numpy reference on the fp32 table, against the format's "

@@ -25,6 +25,7 @@ class CompressedEmbeddingLookupOp : public OpKernel {
   explicit CompressedEmbeddingLookupOp(OpKernelConstruction* ctx)
       : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, GetKernels(&kernels_));
+    OP_REQUIRES_OK(ctx, ReadMaxThreads(ctx, &max_threads_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -58,7 +59,7 @@ class CompressedEmbeddingLookupOp : public OpKernel {
     std::atomic<bool> ok(true);
     const LookupFn lookup = kernels_->lookup;
     ParallelRun(ctx, num_ids, /*cost_per_unit=*/view.dim * 2 + 20,
-                [&args, &ok, lookup](int64_t begin, int64_t end) {
+                max_threads_, [&args, &ok, lookup](int64_t begin, int64_t end) {
                   LookupArgs shard = args;
                   shard.begin = begin;
                   shard.end = end;
@@ -69,6 +70,7 @@ class CompressedEmbeddingLookupOp : public OpKernel {
 
  private:
   const KernelSet* kernels_ = nullptr;
+  int64_t max_threads_ = 0;  // 0: all intra-op threads
 };
 
 REGISTER_KERNEL_BUILDER(

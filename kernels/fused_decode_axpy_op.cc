@@ -156,6 +156,7 @@ class FusedDecodeAxpyOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("combiner", &combiner));
     OP_REQUIRES_OK(ctx, ParseCombiner(combiner, &combiner_));
     OP_REQUIRES_OK(ctx, GetKernels(&kernels_));
+    OP_REQUIRES_OK(ctx, ReadMaxThreads(ctx, &max_threads_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -238,7 +239,7 @@ class FusedDecodeAxpyOp : public OpKernel {
     // Cost of one segment: its average number of ids times the row work.
     const int64_t ids_per_segment = num_ids / num_segments + 1;
     ParallelRun(ctx, num_segments, ids_per_segment * (view.dim * 2 + 20),
-                [&args, &ok, pool](int64_t begin, int64_t end) {
+                max_threads_, [&args, &ok, pool](int64_t begin, int64_t end) {
                   PoolArgs shard = args;
                   shard.bag_begin = begin;
                   shard.bag_end = end;
@@ -250,6 +251,7 @@ class FusedDecodeAxpyOp : public OpKernel {
  private:
   Combiner combiner_ = Combiner::kSum;
   const KernelSet* kernels_ = nullptr;
+  int64_t max_threads_ = 0;  // 0: all intra-op threads
 };
 
 REGISTER_KERNEL_BUILDER(Name("FusedDecodeAxpy").Device(tensorflow::DEVICE_CPU),

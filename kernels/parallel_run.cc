@@ -122,11 +122,25 @@ int64_t StandbyMicros() {
   return micros;
 }
 
+tensorflow::Status ReadMaxThreads(tensorflow::OpKernelConstruction* ctx,
+                                  int64_t* max_threads) {
+  *max_threads = 0;
+  if (!ctx->HasAttr(kMaxThreadsAttr)) return tensorflow::Status();
+  TF_RETURN_IF_ERROR(ctx->GetAttr(kMaxThreadsAttr, max_threads));
+  if (*max_threads < 0) {
+    return tensorflow::errors::InvalidArgument(
+        kMaxThreadsAttr, " must be >= 0 (0: all intra-op threads), got ",
+        *max_threads);
+  }
+  return tensorflow::Status();
+}
+
 void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
-                 int64_t cost_per_unit, const Fn& fn) {
+                 int64_t cost_per_unit, int64_t max_threads, const Fn& fn) {
   if (total <= 0) return;
   auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-  const int64_t threads = std::min<int64_t>(workers->num_threads, total);
+  int64_t threads = std::min<int64_t>(workers->num_threads, total);
+  if (max_threads > 0) threads = std::min(threads, max_threads);
   const double cost = static_cast<double>(total) * cost_per_unit;
   if (threads <= 1 || cost < MinParallelCost()) {
     fn(0, total);

@@ -32,12 +32,23 @@ constexpr double kMinChunkCost = 2e4;
 constexpr int64_t kDefaultStandbyMicros = 100;
 int64_t StandbyMicros();
 
+// The node attribute "_tfce_max_threads" caps the threads one call of an op
+// uses (absent or 0: the whole intra-op pool). TF hands attributes whose
+// names start with "_" to kernels without an OpDef entry, so it is no part
+// of the ops' signatures; benchmarks/op_bench.py sets it to time 1 and 2
+// threads side by side in one process. Reads it into *max_threads (0 when
+// absent); a negative value is an InvalidArgument error.
+constexpr char kMaxThreadsAttr[] = "_tfce_max_threads";
+tensorflow::Status ReadMaxThreads(tensorflow::OpKernelConstruction* ctx,
+                                  int64_t* max_threads);
+
 // Runs fn(begin, end) over [0, total) on the calling thread and, when the
-// work is large enough to pay for it, on the intra-op pool's threads too.
-// Each unit is computed by one call of fn, so results are identical to a
-// single-threaded run. Returns when every unit is done.
+// work is large enough to pay for it, on up to max_threads (0: all) of the
+// intra-op pool's threads, the caller included. Each unit is computed by
+// one call of fn, so results are identical to a single-threaded run.
+// Returns when every unit is done.
 void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
-                 int64_t cost_per_unit,
+                 int64_t cost_per_unit, int64_t max_threads,
                  const std::function<void(int64_t, int64_t)>& fn);
 
 }  // namespace tfce
