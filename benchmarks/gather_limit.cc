@@ -4,7 +4,8 @@
 // "touch" reads one byte of every 64-byte line a looked-up row occupies (and,
 // for the tfce int8 layout, of its scale's line) and adds it to a register:
 // no decode, no FMA, only the memory traffic a pooling kernel cannot avoid.
-// It runs at prefetch distances 0, 16, 32 and 64 rows; the best is the
+// It prefetches like the kernel (every line, the first rows of a call at
+// once) at distances 0, 16, 32, 64 and PrefetchDistance rows; the best is the
 // limit. Layouts:
 //   int8      tfce: int8 [R, D] and a separate float32 scales [R]
 //   fp16      tfce: half [R, D]
@@ -42,17 +43,25 @@ struct Layout {
 
 inline void Prefetch(const char* p) { __builtin_prefetch(p, 0, 3); }
 
-// Sum of one byte per line of each row (and scale) of ids [begin, end).
+// Every line of row `id` (and its scale), as the kernel prefetches them.
+void PrefetchRow(const Layout& l, int64_t id) {
+  const char* row = l.rows + id * l.stride;
+  for (int64_t off = 0; off < l.row_bytes; off += 64) Prefetch(row + off);
+  Prefetch(row + l.row_bytes - 1);
+  if (l.scales) Prefetch(l.scales + id * 4);
+}
+
+// Sum of one byte per line of each row (and scale) of ids [begin, end),
+// prefetching `distance` ids ahead and the first `distance` rows at once,
+// as the kernel does.
 int64_t Touch(const Layout& l, const int64_t* ids, int64_t begin, int64_t end,
               int64_t distance) {
   int64_t sum = 0;
+  for (int64_t i = begin; i < end && i < begin + distance; ++i) {
+    PrefetchRow(l, ids[i]);
+  }
   for (int64_t i = begin; i < end; ++i) {
-    if (distance > 0 && i + distance < end) {
-      const char* ahead = l.rows + ids[i + distance] * l.stride;
-      Prefetch(ahead);
-      Prefetch(ahead + l.row_bytes - 1);
-      if (l.scales) Prefetch(l.scales + ids[i + distance] * 4);
-    }
+    if (distance > 0 && i + distance < end) PrefetchRow(l, ids[i + distance]);
     const char* row = l.rows + ids[i] * l.stride;
     const uintptr_t first = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63};
     const uintptr_t last =
@@ -148,7 +157,13 @@ int main(int argc, char** argv) {
   std::vector<int64_t> sink(threads);
   for (const Layout& l : layouts) {
     const double lines = LinesPerRow(l, batches[0]);
-    for (int64_t distance : {int64_t{0}, int64_t{16}, int64_t{32}, int64_t{64}}) {
+    // The kernel's own distance for this row size too.
+    std::vector<int64_t> distances = {0, 16, 32, 64};
+    const int64_t own = tfce::PrefetchDistance(l.row_bytes, l.scales != nullptr);
+    if (std::find(distances.begin(), distances.end(), own) == distances.end()) {
+      distances.push_back(own);
+    }
+    for (int64_t distance : distances) {
       const double ns = Time(threads, repeats, per_bag, num_batches,
                              [&](int batch, int64_t b0, int64_t b1) {
         sink[b0 * threads / kBags] += Touch(

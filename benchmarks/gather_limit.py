@@ -5,8 +5,10 @@ shipped pooling kernel on the same memory (benchmarks/gather_limit.cc).
 
 For the op benchmark's 2M-row tables (512 bags x 80 uniform ids), each
 layout's rows are only touched (one byte per 64-byte line, the scale's line
-too) at prefetch distances 0, 16, 32 and 64; the fastest is the limit a pooling
-kernel on that layout cannot beat. The tfce int8 layout keeps its scales in a
+too), prefetched as the kernel does at distances 0, 16, 32, 64 and the
+kernel's own (PrefetchDistance); the fastest is the limit: a pooling kernel
+on that layout does the same memory traffic and more work (on a noisy
+machine it can still come out a few percent below it). The tfce int8 layout keeps its scales in a
 separate array (a second random line per row); FBGEMM's 8-bit layout keeps
 scale and bias inline (D + 8 bytes). 1 and 2 threads, 4 KiB pages (how TF
 and torch allocate) and 2 MiB pages (what the ops ask for). Writes
@@ -81,8 +83,8 @@ def main(argv=None):
         f"{rows_n:,}-row tables, 512 bags x 80 uniform ids (the op "
         "benchmark's 2M cells), ns per looked-up row, median of "
         f"{repeats} repeats. **limit** = the fastest of touching every line "
-        "of each row (and of its int8 scale) at prefetch distance 0, 16, 32 "
-        f"or 64; **kernel** = the shipped pooling kernel ({isa[7:]}, the ops' "
+        "of each row (and of its int8 scale), prefetched as the kernel does, "
+        f"at distance 0, 16, 32, 64 or the kernel's own; **kernel** = the shipped pooling kernel ({isa[7:]}, the ops' "
         "prefetch distance) on the same memory, no TensorFlow; in brackets kernel / "
         "limit. `int8 inline` is FBGEMM's 8-bit rowwise layout (D + 8 bytes, "
         "scale and bias in the row), touched only. Lines per row: int8 "

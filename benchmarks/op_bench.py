@@ -431,9 +431,8 @@ def tf_step_fns(tf, tfce, tabs, bags):
                                          num_segments=bags)
             if max_threads:
                 # The ops' internal thread cap (kernels/parallel_run.h).
-                from tensorflow.core.framework import attr_value_pb2
-                out.op._set_attr("_tfce_max_threads",
-                                 attr_value_pb2.AttrValue(i=max_threads))
+                from tf_compressed_embedding.ops import _with_max_threads
+                out = _with_max_threads(out, max_threads)
             return out
         return f
 
@@ -578,6 +577,8 @@ def torch_timed(torch, name, tabs, ids_pool, w_pool, bags):
         threads = torch.get_num_threads()
         if one_thread:
             torch.set_num_threads(1)
+            if torch.get_num_threads() != 1:  # some backends ignore it
+                raise RuntimeError(f"{name}_1t: torch did not go to 1 thread")
         try:
             with torch.inference_mode():
                 for k in range(n):

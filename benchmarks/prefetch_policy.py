@@ -116,7 +116,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     rows, dims, lens, repeats = ROWS, DIMS, LENS, 7
     if args.quick:
-        rows, dims, lens, repeats = (100_000,), (12, 64), (20,), 2
+        rows, dims, lens, repeats = (50_000,), (12, 64), (20,), 2
     with tempfile.TemporaryDirectory() as tmp:
         print("building prefetch_policy", flush=True)
         binary = build(tmp)

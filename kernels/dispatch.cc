@@ -1,5 +1,6 @@
 #include "kernels/dispatch.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -94,10 +95,14 @@ Selection Select() {
   return s;
 }
 
-// TFCE_PREFETCH_ROWS (whole rows, 0..4096), or -1 if unset or invalid.
+// TFCE_PREFETCH_ROWS (whole rows, at most 4096), or -1 if unset or not a
+// whole number.
 int64_t ForcedPrefetchRows() {
-  static const int64_t forced =
-      static_cast<int64_t>(TuningEnv("TFCE_PREFETCH_ROWS", -1, 4096));
+  static const int64_t forced = [] {
+    const double rows = TuningEnv("TFCE_PREFETCH_ROWS", -1, 4096);
+    return rows == std::floor(rows) ? static_cast<int64_t>(rows)
+                                    : int64_t{-1};
+  }();
   return forced;
 }
 

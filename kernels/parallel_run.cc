@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/tuning_env.h"
 #include "tensorflow/core/platform/threadpool.h"
 
@@ -27,13 +28,27 @@ inline void CpuRelax() {
 // join it. Held by shared_ptr: a thread may arrive after the call returned;
 // it then finds no chunk left and touches nothing else.
 struct SharedWork {
-  SharedWork(int64_t total, int64_t chunk, const Fn* fn)
-      : total(total), chunk(chunk), fn(fn) {}
+  SharedWork(int64_t total, int64_t chunk, int64_t helpers, const Fn* fn)
+      : total(total), chunk(chunk), fn(fn), helper_slots(helpers) {}
   const int64_t total;
   const int64_t chunk;
   const Fn* const fn;  // valid while done < total: the caller waits for that
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
+  // Pool threads that may still join: the call's thread cap minus the
+  // caller. Threads standing by and threads scheduled for the call both
+  // take a slot first, so the cap holds however many of them turn up.
+  std::atomic<int64_t> helper_slots;
+
+  // Runs chunks as one of the call's helpers, if a slot is left; returns
+  // whether it did.
+  bool Help() {
+    if (helper_slots.fetch_sub(1, std::memory_order_acq_rel) <= 0) {
+      return false;
+    }
+    Drain();
+    return true;
+  }
 
   // Runs chunks until none is left.
   void Drain() {
@@ -82,7 +97,7 @@ class Standby {
           // meanwhile wakes another pool thread instead of counting on this
           // one (which still joins it afterwards, if chunks are left).
           waiting_.fetch_sub(1, std::memory_order_acq_rel);
-          work->Drain();
+          work->Help();
           waiting_.fetch_add(1, std::memory_order_acq_rel);
         }
         deadline = std::chrono::steady_clock::now() + window;
@@ -112,7 +127,7 @@ Standby& GlobalStandby() {
 double MinParallelCost() {
   static const double cost =
       TuningEnv("TFCE_MIN_PARALLEL_COST", kDefaultMinParallelCost,
-                std::numeric_limits<double>::max());
+                std::numeric_limits<double>::infinity());  // inf: never
   return cost;
 }
 
@@ -122,17 +137,17 @@ int64_t StandbyMicros() {
   return micros;
 }
 
-tensorflow::Status ReadMaxThreads(tensorflow::OpKernelConstruction* ctx,
-                                  int64_t* max_threads) {
+absl::Status ReadMaxThreads(tensorflow::OpKernelConstruction* ctx,
+                            int64_t* max_threads) {
   *max_threads = 0;
-  if (!ctx->HasAttr(kMaxThreadsAttr)) return tensorflow::Status();
+  if (!ctx->HasAttr(kMaxThreadsAttr)) return absl::OkStatus();
   TF_RETURN_IF_ERROR(ctx->GetAttr(kMaxThreadsAttr, max_threads));
   if (*max_threads < 0) {
-    return tensorflow::errors::InvalidArgument(
-        kMaxThreadsAttr, " must be >= 0 (0: all intra-op threads), got ",
-        *max_threads);
+    return absl::InvalidArgumentError(
+        absl::StrCat(kMaxThreadsAttr, " must be >= 0 (0: all intra-op ",
+                     "threads), got ", *max_threads));
   }
-  return tensorflow::Status();
+  return absl::OkStatus();
 }
 
 void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
@@ -150,13 +165,12 @@ void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
       threads * kChunksPerThread,
       std::max<int64_t>(1, static_cast<int64_t>(cost / kMinChunkCost)));
   const int64_t chunk = (total + chunks - 1) / chunks;
-  auto work = std::make_shared<SharedWork>(total, chunk, &fn);
+  auto work = std::make_shared<SharedWork>(total, chunk, threads - 1, &fn);
   Standby& standby = GlobalStandby();
   const int64_t standing_by = standby.Post(work);
   for (int64_t t = 1 + standing_by; t < threads; ++t) {
     workers->workers->Schedule([work, &standby] {
-      work->Drain();
-      standby.Linger();
+      if (work->Help()) standby.Linger();  // a surplus thread goes back
     });
   }
   work->Drain();

@@ -39,8 +39,8 @@ int64_t StandbyMicros();
 // threads side by side in one process. Reads it into *max_threads (0 when
 // absent); a negative value is an InvalidArgument error.
 constexpr char kMaxThreadsAttr[] = "_tfce_max_threads";
-tensorflow::Status ReadMaxThreads(tensorflow::OpKernelConstruction* ctx,
-                                  int64_t* max_threads);
+absl::Status ReadMaxThreads(tensorflow::OpKernelConstruction* ctx,
+                            int64_t* max_threads);
 
 // Runs fn(begin, end) over [0, total) on the calling thread and, when the
 // work is large enough to pay for it, on up to max_threads (0: all) of the

@@ -1,6 +1,7 @@
-// The TFCE_* tuning variables (prefetch distance, threading, huge pages):
-// read once per process by their users. A tuning hint never fails a call,
-// so a value that is not a number in the valid range is ignored.
+// The TFCE_* tuning numbers (prefetch distance, threading): read once per
+// process by their users. A tuning hint never fails a call, so a value that
+// is not a number is ignored. (TFCE_HUGE_PAGES is an on/off switch, read in
+// huge_pages.cc.)
 #ifndef TFCE_KERNELS_TUNING_ENV_H_
 #define TFCE_KERNELS_TUNING_ENV_H_
 
@@ -8,14 +9,16 @@
 
 namespace tfce {
 
-// The value of `name` if it is a number in [0, max], else `fallback`
-// (unset, empty, trailing characters, negative, too large, NaN).
+// The value of `name`: a number >= 0, clamped to `max` (`inf` included when
+// `max` is infinite); `fallback` if unset, empty, not a number (trailing
+// characters, NaN) or negative.
 inline double TuningEnv(const char* name, double fallback, double max) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return fallback;
   char* end = nullptr;
   const double parsed = std::strtod(value, &end);
-  return (*end == '\0' && parsed >= 0 && parsed <= max) ? parsed : fallback;
+  if (*end != '\0' || !(parsed >= 0)) return fallback;  // NaN fails >= 0
+  return parsed < max ? parsed : max;
 }
 
 }  // namespace tfce

@@ -28,6 +28,21 @@ def _table_inputs(table):
     return _read(data), _read(scales)
 
 
+def _with_max_threads(tensor, max_threads):
+    """Caps the threads one call of the op producing `tensor` uses.
+
+    Sets the node attribute ``_tfce_max_threads`` (0: all intra-op threads)
+    that both ops read when their kernel is built; attributes whose names
+    start with "_" are no part of an op's signature. Graph mode only (inside
+    a tf.function). For benchmarks and tests: benchmarks/op_bench.py times
+    1 and 2 threads in one process with it.
+    """
+    from tensorflow.core.framework import attr_value_pb2
+    tensor.op._set_attr("_tfce_max_threads",
+                        attr_value_pb2.AttrValue(i=int(max_threads)))
+    return tensor
+
+
 def _check_combiner(combiner):
     if combiner not in COMBINERS:
         raise ValueError(f"combiner must be one of 'sum', 'mean', 'sqrtn', "

@@ -349,7 +349,8 @@ void TestPrefetchPolicy() {
   }
 }
 
-// Tuning variables: a number in [0, max] or the fallback, never a failure.
+// Tuning variables: a number >= 0 clamped to max, else the fallback; never
+// a failure.
 void TestTuningEnv() {
   const char* kName = "TFCE_TEST_TUNING_VALUE";
   struct Case {
@@ -358,8 +359,9 @@ void TestTuningEnv() {
   };
   for (const Case& c : {Case{nullptr, -1}, Case{"", -1}, Case{"0", 0},
                         Case{"16", 16}, Case{"2.5e3", 2500}, Case{"4096", 4096},
-                        Case{"4097", -1}, Case{"-1", -1}, Case{"16x", -1},
-                        Case{"abc", -1}, Case{"nan", -1}, Case{" 8", 8}}) {
+                        Case{"4097", 4096}, Case{"inf", 4096}, Case{"-1", -1},
+                        Case{"16x", -1}, Case{"abc", -1}, Case{"nan", -1},
+                        Case{" 8", 8}}) {
     if (c.value == nullptr) {
       unsetenv(kName);
     } else {
@@ -370,6 +372,10 @@ void TestTuningEnv() {
                                  (c.value ? c.value : "<unset>") + "\") = " +
                                  std::to_string(got));
   }
+  // An infinite maximum lets "inf" through (TFCE_MIN_PARALLEL_COST=inf: the
+  // ops never split a call).
+  setenv(kName, "inf", 1);
+  Check(std::isinf(TuningEnv(kName, -1, HUGE_VAL)), "TuningEnv(\"inf\"), no max");
   unsetenv(kName);
 }
 

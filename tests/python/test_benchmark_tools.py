@@ -21,7 +21,17 @@ def test_gather_limit_quick():
     assert layouts == {("int8", "touch"), ("fp16", "touch"),
                        ("int8_inl", "touch"), ("int8", "kernel"),
                        ("fp16", "kernel")}, out
-    assert len(timed) == 4 * (3 * 3 + 2), out
+    # Each of the 4 configurations (1 and 2 threads x 2 page sizes) touches
+    # each layout at distances 0, 16, 32, 64 and the kernel's own, and runs
+    # each tfce kernel once.
+    for layout in ("int8", "fp16", "int8_inl"):
+        distances = [int(pf) for name, what, pf, _ in timed
+                     if name == layout and what == "touch"]
+        assert all(distances.count(d) == 4 for d in (0, 16, 32, 64)), out
+        assert len(distances) in (16, 20), out
+    for layout in ("int8", "fp16"):
+        assert sum(name == layout and what.startswith("kernel")
+                   for name, what, _, _ in timed) == 4, out
     assert all(float(ns) > 0 for *_, ns in timed)
 
 
@@ -30,7 +40,7 @@ def test_prefetch_policy_quick():
         [sys.executable, os.path.join(ROOT, "benchmarks", "prefetch_policy.py"),
          "--quick"], capture_output=True, text=True, timeout=600, check=True,
         cwd=ROOT).stdout
-    cells = re.findall(r"^\| (int8|fp16) \| 100,000 \| (\d+) \| (\d+) \| [\d.]+ \| "
+    cells = re.findall(r"^\| (int8|fp16) \| 50,000 \| (\d+) \| (\d+) \| [\d.]+ \| "
                        r"(.*) \|$", out, re.M)
     # int8 and fp16 at dims 12 and 64, each timed with prefetch off, 16 ahead
     # and PrefetchDistance ahead (int8: 64 / (bytes / 64 + 2) rows, fp16:
@@ -41,8 +51,8 @@ def test_prefetch_policy_quick():
     for storage, dim, ahead, cell in cells:
         times = cell.split(" / ")
         assert len(times) == 3 and all(float(t.strip("*")) > 0 for t in times), out
-        # One choice marked; bags of 20 ids of dim 12 rows from a 100k-row
-        # table (1.5 MiB int8, 2.3 MiB fp16: within 8x any L2 of 256 KiB or
+        # One choice marked; bags of 20 ids of dim 12 rows from a 50k-row
+        # table (0.8 MiB int8, 1.1 MiB fp16: within 8x any L2 of 256 KiB or
         # more): no prefetch. Dim 64 rows: PrefetchDistance ahead.
         bold = [t.startswith("**") for t in times]
         assert bold == ([True, False, False] if dim == "12"
