@@ -113,8 +113,6 @@ int64_t PrefetchRows() {
   return forced >= 0 ? forced : kDefaultPrefetchRows;
 }
 
-namespace {
-
 int64_t RowBytes(const TableView& table) {
   return table.dim * (table.storage == Storage::kInt8 ? 1 : 2);
 }
@@ -122,8 +120,6 @@ int64_t RowBytes(const TableView& table) {
 int64_t ScaleBytes(const TableView& table) {
   return table.storage == Storage::kInt8 ? 4 : 0;
 }
-
-}  // namespace
 
 int64_t PrefetchDistance(const TableView& table) {
   return PrefetchDistance(RowBytes(table), ScaleBytes(table) > 0);

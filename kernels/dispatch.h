@@ -24,6 +24,11 @@ const KernelSet* KernelTable(int* num_rows);
 // or one this CPU cannot run. Decided once; later calls return the same.
 const KernelSet* SelectedKernels(std::string* error);
 
+// Bytes of one stored row of `table`, and of its separate scale (int8: one
+// float32 per row; fp16: none).
+int64_t RowBytes(const TableView& table);
+int64_t ScaleBytes(const TableView& table);
+
 // How many ids ahead the lookup kernels prefetch rows: TFCE_PREFETCH_ROWS if
 // set (0 disables; read once per process), else kDefaultPrefetchRows. (The
 // lookup showed no gain from turning them off, 0.92-1.03x.)

@@ -6,6 +6,8 @@
 #include <set>
 #include <utility>
 
+#include "kernels/dispatch.h"
+
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -71,11 +73,10 @@ void AdviseHugePages(const void* data, int64_t bytes) {
 }
 
 void AdviseHugePages(const TableView& table) {
-  const int64_t elem = table.storage == Storage::kInt8 ? 1 : 2;
-  // rows * dim * elem is the size of an existing tensor: no overflow.
-  AdviseHugePages(table.data, table.rows * table.dim * elem);
+  // rows * bytes is the size of an existing tensor: no overflow.
+  AdviseHugePages(table.data, table.rows * RowBytes(table));
   if (table.scales != nullptr) {
-    AdviseHugePages(table.scales, table.rows * int64_t{sizeof(float)});
+    AdviseHugePages(table.scales, table.rows * ScaleBytes(table));
   }
 }
 
