@@ -256,30 +256,29 @@ bool PoolBlock(const PoolArgs& a, const Index* ids, const BagState& bag,
 // Most vectors one block holds in registers (the same for every ISA).
 constexpr int kMaxBlockVecs = 8;
 
-// Signature of the per-call choice: one bag, all of its blocks.
-template <class Index>
-using BagFn = bool (*)(const PoolArgs&, const Index*, const BagState&, float*);
-
 // A dimension known at compile time: blocks of kMax vectors, then one
 // block with the remaining vectors and lanes, all counts constant.
 template <class Isa, class Rows, class Index, int kDim>
-bool PoolBagFixed(const PoolArgs& a, const Index* ids, const BagState& bag,
-                  float* out) {
-  constexpr int W = Isa::kLanes;
-  constexpr int kMax = kMaxBlockVecs;
-  constexpr int kFullBlocks = kDim / W / kMax;
-  constexpr int kRestVecs = kDim / W % kMax;
-  constexpr int kTailLanes = kDim % W;
-  for (int b = 0; b < kFullBlocks; ++b) {
-    if (!PoolBlockInline<Isa, Rows, Index, kMax, 0>(a, ids, bag, b * kMax * W,
-                                                    0, b == 0, out)) {
-      return false;
+struct FixedDimBag {
+  TFCE_ALWAYS_INLINE static bool Run(const PoolArgs& a, const Index* ids,
+                                     const BagState& bag, float* out) {
+    constexpr int W = Isa::kLanes;
+    constexpr int kMax = kMaxBlockVecs;
+    constexpr int kFullBlocks = kDim / W / kMax;
+    constexpr int kRestVecs = kDim / W % kMax;
+    constexpr int kTailLanes = kDim % W;
+    for (int b = 0; b < kFullBlocks; ++b) {
+      if (!PoolBlockInline<Isa, Rows, Index, kMax, 0>(
+              a, ids, bag, b * kMax * W, 0, b == 0, out)) {
+        return false;
+      }
     }
+    if (kRestVecs == 0 && kTailLanes == 0) return true;
+    return PoolBlockInline<Isa, Rows, Index, kRestVecs, kTailLanes>(
+        a, ids, bag, kFullBlocks * kMax * W, kTailLanes, kFullBlocks == 0,
+        out);
   }
-  if (kRestVecs == 0 && kTailLanes == 0) return true;
-  return PoolBlockInline<Isa, Rows, Index, kRestVecs, kTailLanes>(
-      a, ids, bag, kFullBlocks * kMax * W, kTailLanes, kFullBlocks == 0, out);
-}
+};
 
 // The remainder block of a runtime dimension, by its vector count.
 template <class Isa, class Rows, class Index, int kTail, int kVecs = 0>
@@ -297,45 +296,37 @@ bool PoolRemainder(const PoolArgs& a, const Index* ids, const BagState& bag,
 
 // Any dimension: full blocks of kMax vectors, then one remainder block.
 template <class Isa, class Rows, class Index>
-bool PoolBagGeneric(const PoolArgs& a, const Index* ids, const BagState& bag,
-                    float* out) {
-  constexpr int W = Isa::kLanes;
-  constexpr int kMax = kMaxBlockVecs;
-  const int64_t dim = a.table.dim;
-  int64_t d0 = 0;
-  for (; d0 + kMax * W <= dim; d0 += kMax * W) {
-    if (!PoolBlock<Isa, Rows, Index, kMax, 0>(a, ids, bag, d0, 0, d0 == 0,
-                                              out)) {
-      return false;
+struct RuntimeDimBag {
+  static bool Run(const PoolArgs& a, const Index* ids, const BagState& bag,
+                  float* out) {
+    constexpr int W = Isa::kLanes;
+    constexpr int kMax = kMaxBlockVecs;
+    const int64_t dim = a.table.dim;
+    int64_t d0 = 0;
+    for (; d0 + kMax * W <= dim; d0 += kMax * W) {
+      if (!PoolBlock<Isa, Rows, Index, kMax, 0>(a, ids, bag, d0, 0, d0 == 0,
+                                                out)) {
+        return false;
+      }
     }
+    const int64_t rest = dim - d0;
+    if (rest == 0) return true;
+    const int vecs = static_cast<int>(rest / W);
+    const int tail = static_cast<int>(rest % W);
+    return tail ? PoolRemainder<Isa, Rows, Index, kRuntimeTail>(
+                      a, ids, bag, d0, vecs, tail, d0 == 0, out)
+                : PoolRemainder<Isa, Rows, Index, 0>(a, ids, bag, d0, vecs, 0,
+                                                     d0 == 0, out);
   }
-  const int64_t rest = dim - d0;
-  if (rest == 0) return true;
-  const int vecs = static_cast<int>(rest / W);
-  const int tail = static_cast<int>(rest % W);
-  return tail ? PoolRemainder<Isa, Rows, Index, kRuntimeTail>(
-                    a, ids, bag, d0, vecs, tail, d0 == 0, out)
-              : PoolRemainder<Isa, Rows, Index, 0>(a, ids, bag, d0, vecs, 0,
-                                                   d0 == 0, out);
-}
+};
 
-template <class Isa, class Rows, class Index>
-BagFn<Index> ChooseBagFn(int64_t dim) {
-  switch (dim) {
-    case 8: return &PoolBagFixed<Isa, Rows, Index, 8>;
-    case 12: return &PoolBagFixed<Isa, Rows, Index, 12>;
-    case 16: return &PoolBagFixed<Isa, Rows, Index, 16>;
-    case 32: return &PoolBagFixed<Isa, Rows, Index, 32>;
-    case 64: return &PoolBagFixed<Isa, Rows, Index, 64>;
-    case 128: return &PoolBagFixed<Isa, Rows, Index, 128>;
-    default: return &PoolBagGeneric<Isa, Rows, Index>;
-  }
-}
-
-template <class Isa, class Rows, class Index>
-bool PoolImpl(const PoolArgs& a) {
+// All bags of a call, each by Bag::Run. The loop over bags sits in the same
+// function as a fixed dimension's blocks: no call per bag, and the call's
+// invariants stay in registers (bags of one id, most of a short-bag call,
+// cost ~1.5x more with an indirect call per bag).
+template <class Isa, class Rows, class Index, class Bag>
+bool PoolBags(const PoolArgs& a) {
   const Index* ids = static_cast<const Index*>(a.ids.data);
-  const BagFn<Index> bag_fn = ChooseBagFn<Isa, Rows, Index>(a.table.dim);
   const int64_t prefetch_end = a.bag_offsets[a.bag_end];
   PrefetchFirstRows<Isa, Rows>(a.table, ids, a.bag_offsets[a.bag_begin],
                                prefetch_end, a.prefetch_rows);
@@ -357,9 +348,30 @@ bool PoolImpl(const PoolArgs& a) {
                 : a.combiner == Combiner::kSqrtN ? __builtin_sqrtf(w2sum)
                                                  : 1.0f;
     bag.zero = bag.denom == 0.0f;
-    if (!bag_fn(a, ids, bag, a.out + b * a.table.dim)) return false;
+    if (!Bag::Run(a, ids, bag, a.out + b * a.table.dim)) return false;
   }
   return true;
+}
+
+// The per-call choice of the bag function, by dimension.
+template <class Isa, class Rows, class Index>
+bool PoolImpl(const PoolArgs& a) {
+  switch (a.table.dim) {
+    case 8:
+      return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, 8>>(a);
+    case 12:
+      return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, 12>>(a);
+    case 16:
+      return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, 16>>(a);
+    case 32:
+      return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, 32>>(a);
+    case 64:
+      return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, 64>>(a);
+    case 128:
+      return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, 128>>(a);
+    default:
+      return PoolBags<Isa, Rows, Index, RuntimeDimBag<Isa, Rows, Index>>(a);
+  }
 }
 
 template <class Isa, template <class> class Rows>
