@@ -25,6 +25,10 @@ def _table_inputs(table):
         raise TypeError(
             f"table must be a CompressedTable (from tfce.quantize) or have "
             f".data and .scales, got {type(table).__name__}") from None
+    if scales.shape.rank == 1 and scales.shape[0] == 0:
+        # An fp16 table's scales are empty: a constant, as the exported
+        # models have, instead of three read nodes in every call's graph.
+        return _read(data), tf.zeros([0], tf.float32)
     return _read(data), _read(scales)
 
 
