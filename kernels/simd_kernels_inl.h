@@ -325,7 +325,12 @@ struct RuntimeDimBag {
 // invariants stay in registers (bags of one id, most of a short-bag call,
 // cost ~1.5x more with an indirect call per bag).
 template <class Isa, class Rows, class Index, class Bag>
-bool PoolBags(const PoolArgs& a) {
+bool PoolBags(const PoolArgs& args) {
+  // A local copy, so its fields stay in registers: a vector store may alias
+  // anything, and fields read through `args` were reloaded after every one
+  // (bags of one id 1.6x faster). Making a fixed dim a constant here too
+  // cost int8 dim 16 on 2M rows at L = 80 ~20 %, so it is not done.
+  const PoolArgs a = args;
   const Index* ids = static_cast<const Index*>(a.ids.data);
   const int64_t prefetch_end = a.bag_offsets[a.bag_end];
   PrefetchFirstRows<Isa, Rows>(a.table, ids, a.bag_offsets[a.bag_begin],
