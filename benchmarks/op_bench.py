@@ -872,6 +872,29 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
+def pair_speedup(rows, index, a, b, threads, minus_floor=False):
+    """Geometric mean over the cells with both of b's time / a's time, as
+    "1.23×" (or "–"). minus_floor: the empty TF loop's time of each cell
+    (`tf_loop_floor`) taken out of both first, for pairs of TF systems;
+    cells where a is not above the floor are left out."""
+    rs = []
+    for r in rows:
+        if r["system"] != a or r["threads"] != threads:
+            continue
+        cell = (threads, r["rows"], r["dim"], r["L"], r["dist"])
+        other = index.get((*cell, b))
+        floor = index.get((*cell, "tf_loop_floor"))
+        if not other:
+            continue
+        if not minus_floor:
+            rs.append(other["ns_per_row"] / r["ns_per_row"])
+        elif floor and r["ns_per_row"] > floor["ns_per_row"]:
+            rs.append((other["ns_per_row"] - floor["ns_per_row"])
+                      / (r["ns_per_row"] - floor["ns_per_row"]))
+    g = geomean(rs)
+    return f"{g:.2f}×" if g else "–"
+
+
 SCALING = (("tfce_int8", "tfce int8"), ("tfce_fp16", "tfce fp16"),
            ("pt_int8_bag", "FBGEMM int8"), ("pt_fp16_bag", "FBGEMM fp16"))
 
@@ -997,18 +1020,32 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
                     else "")
         add(f"| {SYSTEMS[n][0]}{ref_name} | " + " | ".join(vals) + " |")
     for a, b in (("tfce_int8", "pt_int8_bag"), ("tfce_fp16", "pt_fp16_bag"),
-                 ("tfce_int8", "tf_naive_int8"), ("tfce_int8", "pt_fp32_bag")):
-        vals = []
-        for t in threads_list:
-            rs = []
-            for r in rows:
-                if r["system"] == a and r["threads"] == t:
-                    o = index.get((t, r["rows"], r["dim"], r["L"], r["dist"], b))
-                    if o:
-                        rs.append(o["ns_per_row"] / r["ns_per_row"])
-            g = geomean(rs)
-            vals.append(f"{g:.2f}×" if g else "–")
+                 ("tfce_int8", "tf_naive_int8"), ("tfce_int8", "pt_fp32_bag"),
+                 ("tfce_lookup_int8", "tf_naive_lookup_int8"),
+                 ("tfce_lookup_fp16", "tf_naive_lookup_fp16")):
+        vals = [pair_speedup(rows, index, a, b, t)
+                for t in threads_list]
         if any(v != "–" for v in vals):
+            add(f"| *{SHORT[a]} speedup over {SHORT[b]}* | "
+                + " | ".join(vals) + " |")
+    floor_pairs = (("tfce_int8", "tf_elsparse_fp32"),
+                   ("tfce_fp16", "tf_elsparse_fp32"),
+                   ("tfce_lookup_int8", "tf_naive_lookup_int8"),
+                   ("tfce_lookup_fp16", "tf_naive_lookup_fp16"))
+    floor_rows = [(a, b, [pair_speedup(rows, index, a, b, t, True)
+                          for t in threads_list])
+                  for a, b in floor_pairs]
+    floor_rows = [x for x in floor_rows if any(v != "–" for v in x[2])]
+    if floor_rows:
+        add("")
+        add("The same ratios for TF pairs with the empty loop's time "
+            "(`TF loop floor`) taken out of both, i.e. per-call cost of the "
+            "ops themselves (at L = 1 the loop is most of a batch's time; "
+            "derived, not a separate measurement):\n")
+        add("| pair, loop floor taken out | " + " | ".join(
+            f"{t} thread{'s' if t > 1 else ''}" for t in threads_list) + " |")
+        add("|---|" + "---|" * len(threads_list))
+        for a, b, vals in floor_rows:
             add(f"| *{SHORT[a]} speedup over {SHORT[b]}* | "
                 + " | ".join(vals) + " |")
     add("")

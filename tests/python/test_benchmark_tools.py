@@ -59,3 +59,32 @@ def test_prefetch_policy_quick():
                         else [False, False, True]), out
     assert re.search(r"The policy's choice is the fastest or within 5 % in "
                      r"\d+ of 4 cells", out), out
+
+
+def test_op_bench_pair_speedup_takes_the_loop_floor_out_of_both():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import op_bench
+    finally:
+        sys.path.pop(0)
+    times = {  # cell -> (ours, theirs, empty loop), ns/row
+        (100, 12, 1, "uniform"): (50.0, 70.0, 30.0),
+        (100, 12, 20, "uniform"): (8.0, 40.0, 2.0),
+        (200, 12, 1, "uniform"): (25.0, 60.0, 30.0),  # ours under the floor
+    }
+    rows = []
+    for (r, d, L, dist), values in times.items():
+        for system, ns in zip(("ours", "theirs", "tf_loop_floor"), values):
+            rows.append(dict(threads=1, rows=r, dim=d, L=L, dist=dist,
+                             system=system, ns_per_row=ns))
+    index = {(x["threads"], x["rows"], x["dim"], x["L"], x["dist"],
+              x["system"]): x for x in rows}
+    raw = [t / o for o, t, _ in times.values()]
+    want_raw = (raw[0] * raw[1] * raw[2]) ** (1 / 3)
+    assert op_bench.pair_speedup(rows, index, "ours", "theirs", 1) == \
+        f"{want_raw:.2f}×"
+    # (70-30)/(50-30) = 2 and (40-2)/(8-2); the third cell is left out.
+    want = (2.0 * 38.0 / 6.0) ** 0.5
+    assert op_bench.pair_speedup(rows, index, "ours", "theirs", 1, True) == \
+        f"{want:.2f}×"
+    assert op_bench.pair_speedup(rows, index, "ours", "theirs", 2) == "–"
