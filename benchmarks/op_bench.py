@@ -872,27 +872,41 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
+def loop_floors(rows, threads):
+    """{L: median ns/row of the empty TF loop over the cells of this thread
+    count}: one value per bag length, as the floor touches no table and its
+    per-cell values differ only by noise."""
+    by_len = {}
+    for r in rows:
+        if r["system"] == "tf_loop_floor" and r["threads"] == threads:
+            by_len.setdefault(r["L"], []).append(r["ns_per_row"])
+    return {L: statistics.median(v) for L, v in by_len.items()}
+
+
 def pair_speedup(rows, index, a, b, threads, minus_floor=False):
     """Geometric mean over the cells with both of b's time / a's time, as
-    "1.23×" (or "–"). minus_floor: the empty TF loop's time of each cell
-    (`tf_loop_floor`) taken out of both first, for pairs of TF systems;
-    cells where a is not above the floor are left out."""
-    rs = []
+    "1.23×" (or "–"). minus_floor: the empty TF loop's time (`loop_floors`)
+    taken out of both first, for pairs of TF systems; cells where either is
+    not above it are left out, and then the text says how many were used."""
+    floors = loop_floors(rows, threads) if minus_floor else {}
+    rs, cells = [], 0
     for r in rows:
         if r["system"] != a or r["threads"] != threads:
             continue
-        cell = (threads, r["rows"], r["dim"], r["L"], r["dist"])
-        other = index.get((*cell, b))
-        floor = index.get((*cell, "tf_loop_floor"))
+        other = index.get((threads, r["rows"], r["dim"], r["L"], r["dist"], b))
         if not other:
             continue
-        if not minus_floor:
-            rs.append(other["ns_per_row"] / r["ns_per_row"])
-        elif floor and r["ns_per_row"] > floor["ns_per_row"]:
-            rs.append((other["ns_per_row"] - floor["ns_per_row"])
-                      / (r["ns_per_row"] - floor["ns_per_row"]))
+        cells += 1
+        floor = floors.get(r["L"], 0.0)
+        mine, theirs = r["ns_per_row"] - floor, other["ns_per_row"] - floor
+        if minus_floor and (r["L"] not in floors or mine <= 0 or theirs <= 0):
+            continue
+        rs.append(theirs / mine)
     g = geomean(rs)
-    return f"{g:.2f}×" if g else "–"
+    if not g:
+        return "–"
+    used = f" ({len(rs)} of {cells} cells)" if len(rs) < cells else ""
+    return f"{g:.2f}×{used}"
 
 
 SCALING = (("tfce_int8", "tfce int8"), ("tfce_fp16", "tfce fp16"),
@@ -1039,9 +1053,11 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
     if floor_rows:
         add("")
         add("The same ratios for TF pairs with the empty loop's time "
-            "(`TF loop floor`) taken out of both, i.e. per-call cost of the "
-            "ops themselves (at L = 1 the loop is most of a batch's time; "
-            "derived, not a separate measurement):\n")
+            "taken out of both (`TF loop floor`, its median over the cells "
+            "of the same thread count and L), i.e. the per-call cost of the "
+            "ops themselves; at L = 1 the loop is most of a batch's time. "
+            "Derived from the numbers above, not a separate measurement, and "
+            "noisier than they are (a difference of two noisy times):\n")
         add("| pair, loop floor taken out | " + " | ".join(
             f"{t} thread{'s' if t > 1 else ''}" for t in threads_list) + " |")
         add("|---|" + "---|" * len(threads_list))

@@ -69,8 +69,12 @@ def test_op_bench_pair_speedup_takes_the_loop_floor_out_of_both():
         sys.path.pop(0)
     times = {  # cell -> (ours, theirs, empty loop), ns/row
         (100, 12, 1, "uniform"): (50.0, 70.0, 30.0),
-        (100, 12, 20, "uniform"): (8.0, 40.0, 2.0),
+        (100, 16, 1, "uniform"): (45.0, 90.0, 20.0),
+        (100, 32, 1, "uniform"): (60.0, 65.0, 40.0),
         (200, 12, 1, "uniform"): (25.0, 60.0, 30.0),  # ours under the floor
+        (200, 16, 1, "uniform"): (70.0, 29.0, 25.0),  # theirs under it
+        (100, 12, 20, "uniform"): (8.0, 40.0, 2.0),
+        (100, 16, 20, "uniform"): (9.0, 30.0, 4.0),
     }
     rows = []
     for (r, d, L, dist), values in times.items():
@@ -79,12 +83,20 @@ def test_op_bench_pair_speedup_takes_the_loop_floor_out_of_both():
                              system=system, ns_per_row=ns))
     index = {(x["threads"], x["rows"], x["dim"], x["L"], x["dist"],
               x["system"]): x for x in rows}
-    raw = [t / o for o, t, _ in times.values()]
-    want_raw = (raw[0] * raw[1] * raw[2]) ** (1 / 3)
+
+    def geomean(xs):
+        product = 1.0
+        for x in xs:
+            product *= x
+        return product ** (1 / len(xs))
+
+    raw = geomean([t / o for o, t, _ in times.values()])
     assert op_bench.pair_speedup(rows, index, "ours", "theirs", 1) == \
-        f"{want_raw:.2f}×"
-    # (70-30)/(50-30) = 2 and (40-2)/(8-2); the third cell is left out.
-    want = (2.0 * 38.0 / 6.0) ** 0.5
+        f"{raw:.2f}×"
+    # One floor per L, the median over its cells: 30 at L = 1, 3 at L = 20.
+    assert op_bench.loop_floors(rows, 1) == {1: 30.0, 20: 3.0}
+    kept = [(70 - 30) / (50 - 30), (90 - 30) / (45 - 30),
+            (65 - 30) / (60 - 30), (40 - 3) / (8 - 3), (30 - 3) / (9 - 3)]
     assert op_bench.pair_speedup(rows, index, "ours", "theirs", 1, True) == \
-        f"{want:.2f}×"
+        f"{geomean(kept):.2f}× (5 of 7 cells)"
     assert op_bench.pair_speedup(rows, index, "ours", "theirs", 2) == "–"
