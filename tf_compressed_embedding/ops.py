@@ -25,11 +25,21 @@ def _table_inputs(table):
         raise TypeError(
             f"table must be a CompressedTable (from tfce.quantize) or have "
             f".data and .scales, got {type(table).__name__}") from None
-    if scales.shape.rank == 1 and scales.shape[0] == 0:
+    if _is_empty_float32(scales):
         # An fp16 table's scales are empty: a constant, as the exported
         # models have, instead of three read nodes in every call's graph.
         return _read(data), tf.zeros([0], tf.float32)
     return _read(data), _read(scales)
+
+
+def _is_empty_float32(value):
+    """Whether `value` (a variable, tensor, array...) is float32 [0]."""
+    try:
+        shape = tf.TensorShape(getattr(value, "shape", None))
+        dtype = tf.as_dtype(getattr(value, "dtype", None))
+    except (TypeError, ValueError):
+        return False
+    return shape.rank == 1 and shape[0] == 0 and dtype == tf.float32
 
 
 def _with_max_threads(tensor, max_threads):

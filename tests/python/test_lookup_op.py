@@ -1,6 +1,8 @@
 """CompressedEmbeddingLookup against the numpy reference, and its bad inputs
 (reliability matrix 4a). Runs on the ISA row chosen by TFCE_ISA (see
 test_isa.py, which re-runs this file on every row the CPU supports)."""
+import collections
+
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
@@ -10,6 +12,7 @@ import tf_compressed_embedding as tfce
 from tf_compressed_embedding import _loader
 
 DIMS = list(range(1, 34)) + [64, 100, 128, 257]
+Table = collections.namedtuple("Table", ["data", "scales"])
 FORMATS = ("int8", "fp16")
 ID_DTYPES = (tf.int32, tf.int64)
 
@@ -48,6 +51,27 @@ class LookupValuesTest(tf.test.TestCase, parameterized.TestCase):
             got = tfce.compressed_embedding_lookup(ct, ids)
             self.assertEqual(got.shape, shape + (6,))
             self.assertAllEqual(got, reference.lookup(table, ids).astype(np.float32))
+
+    @parameterized.parameters(*FORMATS)
+    def test_any_object_with_data_and_scales_is_a_table(self, fmt):
+        # Numpy arrays, tensors and variables of a CompressedTable's layout:
+        # the wrappers pass an fp16 table's empty scales as a constant and
+        # must not depend on what kind of object carries them.
+        rng = np.random.default_rng(3)
+        ct = tfce.quantize(reference.random_table(rng, 30, 12), fmt)
+        ids = rng.integers(0, 30, size=17)
+        seg = np.sort(rng.integers(0, 5, size=17))
+        want_lookup = reference.lookup(reference.decoded(ct), ids)
+        want_pool = tfce.fused_decode_axpy(ct, ids, seg, num_segments=5)
+        data, scales = ct.data.numpy(), ct.scales.numpy()
+        for table in [Table(data, scales),
+                      Table(tf.constant(data), tf.constant(scales)),
+                      Table(tf.Variable(data), tf.Variable(scales))]:
+            self.assertAllEqual(tfce.compressed_embedding_lookup(table, ids),
+                                want_lookup.astype(np.float32))
+            self.assertAllEqual(
+                tfce.fused_decode_axpy(table, ids, seg, num_segments=5),
+                want_pool)
 
     def test_graph_mode_matches_eager(self):
         rng = np.random.default_rng(2)
