@@ -357,25 +357,24 @@ bool PoolBags(const PoolArgs& args) {
   return true;
 }
 
-// The per-call choice of the bag function, by dimension.
+// The per-call choice of the bag function: the first of kDims equal to the
+// table's dim gets its fully unrolled FixedDimBag, any other dim the
+// runtime-dim blocks.
+template <class Isa, class Rows, class Index, int kDim, int... kDims>
+bool PoolFixedOrRuntimeDim(const PoolArgs& a) {
+  if (a.table.dim == kDim) {
+    return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, kDim>>(a);
+  }
+  if constexpr (sizeof...(kDims) > 0) {
+    return PoolFixedOrRuntimeDim<Isa, Rows, Index, kDims...>(a);
+  } else {
+    return PoolBags<Isa, Rows, Index, RuntimeDimBag<Isa, Rows, Index>>(a);
+  }
+}
+
 template <class Isa, class Rows, class Index>
 bool PoolImpl(const PoolArgs& a) {
-  switch (a.table.dim) {
-    case 8:
-      return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, 8>>(a);
-    case 12:
-      return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, 12>>(a);
-    case 16:
-      return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, 16>>(a);
-    case 32:
-      return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, 32>>(a);
-    case 64:
-      return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, 64>>(a);
-    case 128:
-      return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, 128>>(a);
-    default:
-      return PoolBags<Isa, Rows, Index, RuntimeDimBag<Isa, Rows, Index>>(a);
-  }
+  return PoolFixedOrRuntimeDim<Isa, Rows, Index, 8, 12, 16, 32, 64, 128>(a);
 }
 
 template <class Isa, template <class> class Rows>
