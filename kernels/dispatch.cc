@@ -56,11 +56,36 @@ struct Selection {
   std::string error;
 };
 
-std::string RowNames() {
+// TFCE_HIDE_ISA=avx512,avx2 (a test hook): those rows count as unsupported,
+// so a host with every feature can play one without (the refusal of a
+// forced row, the rows and the default a smaller CPU gets). The scalar row
+// is the fallback and cannot be hidden.
+bool HiddenByEnv(const char* isa) {
+  const char* hidden = std::getenv("TFCE_HIDE_ISA");
+  if (hidden == nullptr || std::strcmp(isa, "scalar") == 0) return false;
+  const size_t n = std::strlen(isa);
+  for (const char* p = hidden; *p != '\0';) {
+    const char* end = std::strchr(p, ',');
+    const size_t len = end ? static_cast<size_t>(end - p) : std::strlen(p);
+    if (len == n && std::strncmp(p, isa, n) == 0) return true;
+    if (end == nullptr) break;
+    p = end + 1;
+  }
+  return false;
+}
+
+bool Available(const KernelSet& row) {
+  return row.cpu_supports() && !HiddenByEnv(row.isa);
+}
+
+// The rows' names, best first, joined by `sep`: every row of the library,
+// or only those this CPU can run.
+std::string RowNames(bool available_only, const char* sep) {
   std::string names;
-  for (int i = 0; i < kNumRows; ++i) {
-    if (i) names += ", ";
-    names += kKernelTable[i].isa;
+  for (const KernelSet& row : kKernelTable) {
+    if (available_only && !Available(row)) continue;
+    if (!names.empty()) names += sep;
+    names += row.isa;
   }
   return names;
 }
@@ -70,7 +95,7 @@ Selection Select() {
   const char* forced = std::getenv("TFCE_ISA");
   if (forced == nullptr || *forced == '\0') {
     for (const KernelSet& row : kKernelTable) {
-      if (row.cpu_supports()) {
+      if (Available(row)) {
         s.kernels = &row;
         return s;
       }
@@ -80,18 +105,20 @@ Selection Select() {
   }
   for (const KernelSet& row : kKernelTable) {
     if (std::strcmp(row.isa, forced) != 0) continue;
-    if (row.cpu_supports()) {
+    if (Available(row)) {
       s.kernels = &row;
     } else {
       s.error = std::string("TFCE_ISA=") + forced +
                 " was requested but this CPU (or OS) does not support it; "
-                "unset TFCE_ISA or choose one of: " + RowNames();
+                "unset TFCE_ISA or choose a row this CPU supports: " +
+                RowNames(true, ", ");
     }
     return s;
   }
   s.error = std::string("TFCE_ISA=") + forced +
             " is not a kernel row of this library; valid values: " +
-            RowNames();
+            RowNames(false, ", ") + " (this CPU supports: " +
+            RowNames(true, ", ") + ")";
   return s;
 }
 
@@ -161,6 +188,8 @@ const Selection& TheSelection() {
 }
 }  // namespace
 
+std::string SupportedRowNames() { return RowNames(true, ","); }
+
 const KernelSet* SelectedKernels(std::string* error) {
   const Selection& selection = TheSelection();
   if (selection.kernels == nullptr && error != nullptr) {
@@ -185,16 +214,7 @@ extern "C" __attribute__((visibility("default"))) const char* tfce_isa_error() {
 // Comma-separated rows this CPU can run, best first (what TFCE_ISA accepts).
 extern "C" __attribute__((visibility("default"))) const char*
 tfce_supported_isas() {
-  static const std::string* names = [] {
-    auto* s = new std::string;
-    int n = 0;
-    const tfce::KernelSet* rows = tfce::KernelTable(&n);
-    for (int i = 0; i < n; ++i) {
-      if (!rows[i].cpu_supports()) continue;
-      if (!s->empty()) *s += ",";
-      *s += rows[i].isa;
-    }
-    return s;
-  }();
+  static const std::string* names =
+      new std::string(tfce::SupportedRowNames());
   return names->c_str();
 }

@@ -19,6 +19,10 @@ struct KernelSet {
 // All rows, best first; the last row is the scalar reference.
 const KernelSet* KernelTable(int* num_rows);
 
+// The rows this CPU can run, best first, comma-separated (what TFCE_ISA
+// accepts); rows named in TFCE_HIDE_ISA (a test hook) count as unsupported.
+std::string SupportedRowNames();
+
 // The row used by the ops: TFCE_ISA if set, else the best row the CPU
 // supports. Returns null and sets *error when TFCE_ISA names an unknown row
 // or one this CPU cannot run. Decided once; later calls return the same.

@@ -45,7 +45,54 @@ def test_unknown_isa_is_a_clear_error():
         assert line, result.stdout
         assert "TFCE_ISA=avx9000 is not a kernel row of this library; valid " \
                "values: " in line[0]
-        assert "scalar" in line[0]
+        assert (f"valid values: avx512, avx2, sse, scalar (this CPU supports: "
+                f"{', '.join(tfce.supported_isas())})") in line[0]
+
+
+QUERY_ROWS = (
+    "import numpy as np, tensorflow as tf, tf_compressed_embedding as t\n"
+    "print('ROWS:', ','.join(t.supported_isas()))\n"
+    "try:\n"
+    "    print('ACTIVE:', t.active_isa())\n"
+    "except ValueError as e:\n"
+    "    print('ACTIVE:', e)\n")
+
+
+def _line(stdout, prefix):
+    lines = [l for l in stdout.splitlines() if l.startswith(prefix)]
+    assert lines, stdout
+    return lines[0][len(prefix):].strip()
+
+
+@pytest.mark.parametrize("hidden", [["avx512"], ["avx512", "avx2"],
+                                    ["avx512", "avx2", "sse"]])
+def test_a_row_the_cpu_lacks_is_refused_naming_the_rows_it_has(hidden):
+    # TFCE_HIDE_ISA plays a CPU without those rows on any host (the AMD
+    # hosts have no avx512; the Intel ones have every row).
+    rows = [r for r in tfce.supported_isas() if r not in hidden]
+    env = {"TFCE_HIDE_ISA": ",".join(hidden)}
+    result = run_python(QUERY_ROWS, TFCE_ISA=hidden[0], **env)
+    assert result.returncode == 0, result.stderr
+    assert _line(result.stdout, "ROWS:") == ",".join(rows)
+    message = _line(result.stdout, "ACTIVE:")
+    assert message == (
+        f"TFCE_ISA={hidden[0]} was requested but this CPU (or OS) does not "
+        f"support it; unset TFCE_ISA or choose a row this CPU supports: "
+        f"{', '.join(rows)}")
+    # Unforced, the best row left runs.
+    env_unforced = {k: v for k, v in os.environ.items() if k != "TFCE_ISA"}
+    unforced = subprocess.run([sys.executable, "-c", QUERY_ROWS],
+                              capture_output=True, text=True, timeout=300,
+                              env={**env_unforced, **env}, check=False)
+    assert _line(unforced.stdout, "ACTIVE:") == rows[0], unforced.stderr
+
+
+def test_the_scalar_row_cannot_be_hidden():
+    result = run_python(QUERY_ROWS, TFCE_ISA="scalar",
+                        TFCE_HIDE_ISA="avx512,avx2,sse,scalar")
+    assert result.returncode == 0, result.stderr
+    assert _line(result.stdout, "ROWS:") == "scalar"
+    assert _line(result.stdout, "ACTIVE:") == "scalar"
 
 
 @pytest.mark.skipif("TFCE_ISA" in os.environ,
