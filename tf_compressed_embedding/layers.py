@@ -29,6 +29,7 @@ are a ``TypeError``.
 """
 import collections
 import warnings
+import weakref
 
 import keras
 import numpy as np
@@ -180,6 +181,8 @@ class CompressedEmbedding(keras.layers.Layer):
         # number of segments is only known at run time.
         self.supports_jit = False
         self._quantization_mode = quantization_mode
+        # Models that ran this layer in float32 mode (see _note_model).
+        self._models_run_in = weakref.WeakSet()
         if weights is not None:
             self.build()
             if not (isinstance(weights, list)
@@ -267,9 +270,15 @@ class CompressedEmbedding(keras.layers.Layer):
         the compressed ops. Nothing is trainable afterwards. Also called by
         ``keras.Model.quantize("int8")``.
 
-        If the layer sits in a model whose ``predict``/``fit`` functions were
-        already traced, use ``model.quantize(mode)`` (which resets them) or
-        :func:`quantize_embeddings`, as with Keras' own layers.
+        Functions traced before, on the float32 table: the ``predict`` /
+        ``evaluate`` / ``fit`` functions of every model that ran this layer
+        are reset (as ``keras.Model.quantize`` does), so they are traced
+        again on the compressed table. The float32 variable is emptied (to
+        ``[0, output_dim]``), which frees its memory even while an optimizer
+        or a stale trace holds it, and makes any other function traced on it
+        (your own ``tf.function``, a concrete function) fail loudly with
+        ``indices[...] = i is not in [0, 0)`` instead of computing in
+        float32: trace those again after quantizing.
 
         Args:
           mode: ``"int8"`` or ``"fp16"``.
@@ -306,14 +315,21 @@ class CompressedEmbedding(keras.layers.Layer):
         # overflow) leaves it as it was.
         data, scales = quantization.encode(
             _numpy(self._embeddings), mode)
+        float_table = self._embeddings
         self._tracker.unlock()
         try:
-            del self._embeddings  # untracks and frees the float32 table
+            del self._embeddings  # untracks the float32 table
             self._add_compressed_weights(mode, data, scales)
         finally:
             self._tracker.lock()
         self._quantization_mode = mode
         self._is_quantized = True  # Keras' marker of quantized layers
+        _empty_variable(float_table)
+        for model in list(self._models_run_in):
+            model.train_function = None
+            model.test_function = None
+            model.predict_function = None
+        self._models_run_in.clear()
 
     def dequantize(self):
         """The decoded table as a float32 numpy array ``[V, D]`` (the float32
@@ -381,6 +397,8 @@ class CompressedEmbedding(keras.layers.Layer):
 
     def call(self, inputs, weights=None, mask=None):
         """Looks up (``combiner=None``) or pools ids; see the class doc."""
+        if self._quantization_mode is None:
+            self._note_model()
         if self.combiner is None:
             if isinstance(inputs, (tf.RaggedTensor, tf.SparseTensor)):
                 raise ValueError(self._no_combiner_message(inputs))
@@ -417,6 +435,13 @@ class CompressedEmbedding(keras.layers.Layer):
         (it dispatches on it to ``_int8_call`` etc.); call() handles both
         modes."""
         return self.call(*args, **kwargs)
+
+    def _note_model(self):
+        """Remembers the model this call runs in, so that quantize() can
+        reset the functions that model traced on the float32 table."""
+        model = _entry_layer()
+        if isinstance(model, keras.Model) and model is not self:
+            self._models_run_in.add(model)
 
     def _op_table(self):
         # .value is the tf.Variable itself, which ops._read reads without
@@ -558,6 +583,30 @@ class CompressedEmbedding(keras.layers.Layer):
             raise ValueError(self._no_combiner_message(inputs))
         return keras.KerasTensor(self.compute_output_shape(inputs.shape),
                                  dtype=self.compute_dtype)
+
+
+def _entry_layer():
+    """The outermost layer of the Keras call in progress (the model whose
+    ``predict`` / ``fit`` is running), from Keras' call context; None outside
+    one. A private Keras API (see docs/compatibility.md): if it moves, no
+    model is noted, and a stale function fails loudly instead (see
+    quantize)."""
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:
+        return None
+    context = global_state.get_global_attribute("current_call_ctx")
+    return getattr(context, "entry_layer", None)
+
+
+def _empty_variable(variable):
+    """Assigns ``[0, D]`` to a float32 table variable: its memory is freed
+    whoever still holds the variable, and a gather from it fails."""
+    value = variable.value  # the tf.Variable under the Keras variable
+    tf.raw_ops.AssignVariableOp(
+        resource=value.handle,
+        value=tf.zeros([0, *value.shape[1:]], value.dtype),
+        validate_shape=False)
 
 
 def _check_mode(mode):
