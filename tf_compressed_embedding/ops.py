@@ -70,23 +70,35 @@ def _float_weights(weights):
     return tf.cast(weights, tf.float32)
 
 
-def compressed_embedding_lookup(table, ids, name=None):
+def compressed_embedding_lookup(table, ids, max_norm=None, name=None):
     """Gathers rows of a compressed table and decodes them to float32.
+
+    A drop-in for ``tf.nn.embedding_lookup(params, ids, max_norm, name)``.
 
     Args:
       table: a :class:`CompressedTable`.
-      ids: int32 or int64 ids of any shape, each in ``[0, V)``.
+      ids: int32 or int64 ids of any shape, each in ``[0, V)``, or a
+        ``tf.RaggedTensor`` of them (the result is ragged, as TF's).
+      max_norm: if not None, each decoded row whose L2 norm is larger is
+        scaled down to this norm (``tf.clip_by_norm``, as TF does).
       name: optional op name.
 
     Returns:
-      float32 tensor of shape ``ids.shape + [D]``.
+      float32 tensor of shape ``ids.shape + [D]`` (ragged for ragged ids).
 
     Raises:
       tf.errors.InvalidArgumentError: an id outside ``[0, V)``.
     """
+    if isinstance(ids, tf.RaggedTensor):
+        return tf.ragged.map_flat_values(
+            lambda flat: compressed_embedding_lookup(table, flat, max_norm,
+                                                     name), ids)
     data, scales = _table_inputs(table)
-    return _loader.ops().compressed_embedding_lookup(
+    rows = _loader.ops().compressed_embedding_lookup(
         table=data, scales=scales, ids=ids, name=name)
+    if max_norm is not None:
+        rows = tf.clip_by_norm(rows, max_norm, axes=[-1])
+    return rows
 
 
 def fused_decode_axpy(table, ids, segment_ids, weights=None, combiner="sum",
@@ -137,6 +149,7 @@ def _ids_segments_weights(sp_ids, sp_weights):
                 raise TypeError("sp_weights must be a RaggedTensor when "
                                 "sp_ids is one")
             weights = sp_weights.flat_values
+            _check_same_static_shape(sp_ids.flat_values, weights)
         return (sp_ids.flat_values, sp_ids.value_rowids(), weights,
                 sp_ids.nrows())
     if not isinstance(sp_ids, tf.SparseTensor):
@@ -148,17 +161,48 @@ def _ids_segments_weights(sp_ids, sp_weights):
             raise TypeError(f"sp_weights must be None or a SparseTensor, got "
                             f"{type(sp_weights).__name__}")
         weights = sp_weights.values
+    if weights is not None:
+        # As TF: a mismatch known when the graph is built is a ValueError.
+        _check_same_static_shape(sp_ids.values, weights)
     return sp_ids.values, sp_ids.indices[:, 0], weights, sp_ids.dense_shape[0]
+
+
+def _check_same_static_shape(ids, weights):
+    if not ids.shape.is_compatible_with(weights.shape):
+        raise ValueError(
+            f"sp_weights must have one weight per id: the ids' values have "
+            f"shape {ids.shape}, the weights' {weights.shape}")
+
+
+def _row_major(sparse_ids, sparse_weights):
+    """Both SparseTensors with their entries in row-major order (the same
+    permutation for both, as they share indices)."""
+    positions = tf.sparse.reorder(tf.SparseTensor(
+        sparse_ids.indices, tf.range(tf.shape(sparse_ids.values)[0]),
+        sparse_ids.dense_shape))
+    order = positions.values
+    sparse_ids = tf.SparseTensor(positions.indices,
+                                 tf.gather(sparse_ids.values, order),
+                                 sparse_ids.dense_shape)
+    if sparse_weights is not None:
+        sparse_weights = tf.SparseTensor(
+            positions.indices, tf.gather(sparse_weights.values, order),
+            sparse_ids.dense_shape)
+    return sparse_ids, sparse_weights
 
 
 def _reject_max_norm(max_norm):
     if max_norm is not None:
-        raise ValueError("max_norm is not supported for compressed tables: "
-                         "clip the float32 table before quantizing it")
+        raise ValueError(
+            "max_norm is not supported when pooling a compressed table (the "
+            "rows are pooled as they are decoded, never materialized): clip "
+            "the float32 table's rows to that norm before quantizing it "
+            "(tf.clip_by_norm(table, max_norm, axes=[1])), which gives the "
+            "same result up to quantization error, and pass max_norm=None")
 
 
 def embedding_lookup_sparse(table, sp_ids, sp_weights=None, combiner="mean",
-                            max_norm=None, name=None):
+                            max_norm=None, name=None, allow_fast_lookup=False):
     """Drop-in for ``tf.nn.embedding_lookup_sparse`` on a compressed table.
 
     Pooling is fused with decoding (``FusedDecodeAxpy``). As in TF, for a
@@ -171,12 +215,19 @@ def embedding_lookup_sparse(table, sp_ids, sp_weights=None, combiner="mean",
         ``RaggedTensor`` ``[batch, (ids)]``.
       sp_weights: None, or weights with the same structure as ``sp_ids``.
       combiner: ``"mean"`` (default, as TF), ``"sqrtn"`` or ``"sum"``.
-      max_norm: must be None (not supported).
+      max_norm: must be None (not supported: see the error's advice).
       name: optional name scope.
+      allow_fast_lookup: accepted for TF's signature; no effect (the lookup
+        is always the fused one, and the table gets no gradient).
 
     Returns:
       float32 ``[rows, D]``.
+
+    Raises:
+      ValueError: an unknown combiner, ``max_norm``, or weights whose shape
+        cannot match the ids' (when known while the graph is built).
     """
+    del allow_fast_lookup
     if combiner is None:
         combiner = "mean"
     _check_combiner(combiner)
@@ -191,7 +242,8 @@ def embedding_lookup_sparse(table, sp_ids, sp_weights=None, combiner="mean",
 
 def safe_embedding_lookup_sparse(table, sparse_ids, sparse_weights=None,
                                  combiner="mean", default_id=None,
-                                 max_norm=None, name=None):
+                                 max_norm=None, name=None,
+                                 allow_fast_lookup=False):
     """Drop-in for ``tf.nn.safe_embedding_lookup_sparse`` on a compressed table.
 
     Ids < 0 are dropped (and, for ``"mean"``/``"sqrtn"``, weights <= 0).
@@ -206,9 +258,13 @@ def safe_embedding_lookup_sparse(table, sparse_ids, sparse_weights=None,
       sparse_weights: None, or weights with the same structure.
       combiner: ``"mean"`` (default), ``"sqrtn"`` or ``"sum"``.
       default_id: id whose row fills empty rows; None gives zeros.
-      max_norm: must be None (not supported).
+      max_norm: must be None (not supported: see the error's advice).
       name: optional name scope.
+      allow_fast_lookup: accepted for TF's signature; no effect.
+
+    The entries of ``sparse_ids`` may be in any order, as TF allows here.
     """
+    del allow_fast_lookup
     if combiner is None:
         combiner = "mean"
     _check_combiner(combiner)
@@ -223,9 +279,13 @@ def safe_embedding_lookup_sparse(table, sparse_ids, sparse_weights=None,
         sparse_ids = tf.sparse.reshape(
             sparse_ids, tf.stack([flat_rows, original_shape[-1]]))
         if sparse_weights is not None:
+            _check_same_static_shape(sparse_ids.values, sparse_weights.values)
             sparse_weights = tf.SparseTensor(
                 sparse_ids.indices, sparse_weights.values,
                 sparse_ids.dense_shape)
+        # TF's version takes entries in any order (its fill of empty rows
+        # sorts them); the op needs sorted segment ids.
+        sparse_ids, sparse_weights = _row_major(sparse_ids, sparse_weights)
         keep = sparse_ids.values >= 0
         if sparse_weights is not None and combiner != "sum":
             keep = tf.logical_and(keep, sparse_weights.values > 0)

@@ -32,7 +32,12 @@ def _as_float_table(table):
     if table.ndim != 2:
         raise ValueError(
             f"table must be rank 2 [rows, dim], got shape {table.shape} "
-            f"(rank {table.ndim})")
+            f"(rank {table.ndim}); for rows of shape [d1, d2, ...] quantize "
+            f"table.reshape(rows, -1) and reshape the looked-up rows back")
+    if table.dtype.name == "bfloat16":
+        # ml_dtypes' bfloat16 (what TF's numpy() gives) is not a numpy
+        # floating type; every bfloat16 value is exact in float32.
+        return table.astype(np.float32)
     if not np.issubdtype(table.dtype, np.floating):
         raise TypeError(f"table must hold floating-point values, got dtype "
                         f"{table.dtype}")
