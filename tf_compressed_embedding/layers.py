@@ -39,9 +39,13 @@ from tf_compressed_embedding import ops as tfce_ops
 from tf_compressed_embedding import quantization
 # The model-conversion helper lives in its own module (it imports this one
 # lazily, so there is no import cycle).
-from tf_compressed_embedding._keras_convert import _numpy, quantize_embeddings
+from tf_compressed_embedding._keras_convert import (_float_policy, _numpy,
+                                                    quantize_embeddings)
 
 COMBINERS = ("sum", "mean", "sqrtn")
+_NO_LORA = ("CompressedEmbedding does not support LoRA (lora_rank, "
+            "lora_alpha, enable_lora): train a keras.layers.Embedding with "
+            "LoRA and convert the model with quantize_embeddings()")
 QUANTIZATION_MODES = quantization.FORMATS
 
 # What the ops read: anything with .data and .scales (see ops._table_inputs).
@@ -69,6 +73,8 @@ class CompressedEmbedding(keras.layers.Layer):
     the float32 table is dropped and nothing is trainable afterwards.
 
     ``combiner=None``: ``ids`` of any shape give ``ids.shape + [output_dim]``
+    (ragged ids a ragged result; sparse ids ``[B, L]`` a dense ``[B, L, D]``
+    with row 0 where no id is given, as Keras' does)
     and, with ``mask_zero=True``, the mask ``ids != 0`` — the behaviour of
     ``keras.layers.Embedding``.
 
@@ -123,8 +129,8 @@ class CompressedEmbedding(keras.layers.Layer):
 
     Raises (at call time):
       TypeError: ids of a non-numeric dtype, or weights not matching ids.
-      ValueError: ragged or sparse ids with ``combiner=None``; dense ids not
-        of rank 2 with a combiner; ``weights`` without a combiner.
+      ValueError: dense ids not of rank 2 with a combiner; ``weights``
+        without a combiner.
       tf.errors.InvalidArgumentError: an id outside ``[-V, V)``, or a float
         id that is not a whole number.
     """
@@ -141,10 +147,7 @@ class CompressedEmbedding(keras.layers.Layer):
                 raise ValueError(f"`{arg}` must be a positive integer, got "
                                  f"{value!r} (of type {type(value).__name__})")
         if lora_rank is not None or lora_alpha is not None:
-            raise NotImplementedError(
-                "CompressedEmbedding does not support LoRA (lora_rank / "
-                "lora_alpha): train a keras.layers.Embedding with LoRA and "
-                "convert the model with quantize_embeddings()")
+            raise NotImplementedError(_NO_LORA)
         if quantization_config is not None:
             raise NotImplementedError(
                 "CompressedEmbedding takes no quantization_config: its "
@@ -159,6 +162,17 @@ class CompressedEmbedding(keras.layers.Layer):
             warnings.warn("Argument `input_length` is deprecated (as in "
                           "keras.layers.Embedding). Just remove it.")
         super().__init__(**kwargs)
+        policy_mode = getattr(self.dtype_policy, "quantization_mode", None)
+        if policy_mode is not None:
+            # A Keras quantized policy ("int8_from_float32", what a
+            # Keras-quantized layer's config carries): its mode, computing
+            # in its float source policy.
+            if quantization_mode not in (None, policy_mode):
+                raise ValueError(
+                    f"quantization_mode={quantization_mode!r} contradicts "
+                    f"dtype={self.dtype_policy.name!r}; give one of them")
+            quantization_mode = _check_mode(policy_mode)
+            self.dtype_policy = _float_policy(self.dtype_policy)
         # Keras wraps every layer's quantize() (in Layer.__new__) with checks
         # that only know Keras' own modes and configs, which would refuse
         # "fp16"; quantize() below does its own checks, so unwrap it.
@@ -260,6 +274,10 @@ class CompressedEmbedding(keras.layers.Layer):
         if self._quantization_mode is None:
             return [self._embeddings]
         return [self.embeddings_data, self.embeddings_scales]
+
+    def enable_lora(self, rank, lora_alpha=None, **kwargs):
+        """Refused: LoRA adapters are not supported (see ``_NO_LORA``)."""
+        raise NotImplementedError(_NO_LORA)
 
     def quantize(self, mode=None, type_check=True, config=None):
         """Compresses the float32 table in place (Keras' ``quantize`` API).
@@ -400,20 +418,18 @@ class CompressedEmbedding(keras.layers.Layer):
         if self._quantization_mode is None:
             self._note_model()
         if self.combiner is None:
-            if isinstance(inputs, (tf.RaggedTensor, tf.SparseTensor)):
-                raise ValueError(self._no_combiner_message(inputs))
             if weights is not None:
                 raise ValueError(
                     f"layer {self.name!r}: `weights` need a combiner "
                     f"('sum', 'mean' or 'sqrtn'); this layer has none")
-            ids = self._valid_ids(tf.convert_to_tensor(inputs))
-            if self._quantization_mode is None:
-                # ResourceGather: the table's gradient is IndexedSlices.
-                out = tf.gather(self._embeddings.value, ids)
-            else:
-                out = tfce_ops.compressed_embedding_lookup(
-                    self._op_table(), ids)
-            return tf.cast(out, self.compute_dtype)
+            if isinstance(inputs, tf.RaggedTensor):
+                # A ragged row per id, as keras.layers.Embedding gives.
+                return tf.ragged.map_flat_values(self._rows, inputs)
+            if isinstance(inputs, tf.SparseTensor):
+                # As keras.layers.Embedding: dense [B, L, D], positions
+                # without an id get row 0.
+                inputs = tf.sparse.to_dense(inputs)
+            return self._rows(tf.convert_to_tensor(inputs))
 
         ids, segment_ids, bag_weights, num_bags = self._bags(
             inputs, weights, mask)
@@ -436,6 +452,16 @@ class CompressedEmbedding(keras.layers.Layer):
         modes."""
         return self.call(*args, **kwargs)
 
+    def _rows(self, ids):
+        """``ids.shape + [D]``: the table's rows, in the compute dtype."""
+        ids = self._valid_ids(ids)
+        if self._quantization_mode is None:
+            # ResourceGather: the table's gradient is IndexedSlices.
+            out = tf.gather(self._embeddings.value, ids)
+        else:
+            out = tfce_ops.compressed_embedding_lookup(self._op_table(), ids)
+        return tf.cast(out, self.compute_dtype)
+
     def _note_model(self):
         """Remembers the model this call runs in, so that quantize() can
         reset the functions that model traced on the float32 table."""
@@ -448,12 +474,6 @@ class CompressedEmbedding(keras.layers.Layer):
         # a copy (a Keras Variable would be converted to a dense tensor).
         return _OpTable(self.embeddings_data.value,
                         self.embeddings_scales.value)
-
-    def _no_combiner_message(self, inputs):
-        return (f"layer {self.name!r} has combiner=None and got a "
-                f"{type(inputs).__name__}: ragged and sparse ids are bags "
-                f"and need a combiner ('sum', 'mean' or 'sqrtn'); for a "
-                f"row per id pass dense ids (e.g. `.to_tensor()`)")
 
     def _valid_ids(self, ids):
         """Integer ids with negatives in [-V, 0) wrapped as Keras does.
@@ -577,12 +597,11 @@ class CompressedEmbedding(keras.layers.Layer):
         return (input_shape[0], self.output_dim)
 
     def compute_output_spec(self, inputs, weights=None, mask=None):
-        """The symbolic output (for functional models)."""
-        if self.combiner is None and (getattr(inputs, "ragged", False)
-                                      or getattr(inputs, "sparse", False)):
-            raise ValueError(self._no_combiner_message(inputs))
+        """The symbolic output (for functional models): ragged for ragged
+        ids without a combiner, dense otherwise."""
+        ragged = self.combiner is None and getattr(inputs, "ragged", False)
         return keras.KerasTensor(self.compute_output_shape(inputs.shape),
-                                 dtype=self.compute_dtype)
+                                 dtype=self.compute_dtype, ragged=ragged)
 
 
 def _entry_layer():

@@ -798,14 +798,8 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
                                     "whole numbers"):
             pooled(tf.ragged.constant([[1.5]], tf.float32))
 
-    def test_ragged_or_sparse_without_combiner(self):
+    def test_weights_without_combiner(self):
         layer = self.layer(None)
-        for ids in (tf.ragged.constant([[1, 2], [3]], tf.int64),
-                    tf.sparse.from_dense(tf.constant([[1, 0]], tf.int64))):
-            with self.assertRaisesRegex(ValueError, "need a combiner"):
-                layer(ids)
-        with self.assertRaisesRegex(ValueError, "need a combiner"):
-            layer(keras.Input(shape=(None,), dtype="int64", ragged=True))
         with self.assertRaisesRegex(ValueError, "`weights` need a combiner"):
             layer(np.array([[1]]), weights=np.array([[1.0]], np.float32))
 
