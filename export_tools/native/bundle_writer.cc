@@ -22,12 +22,12 @@
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/framework/versions.pb.h"
+#include "tensorflow/core/lib/hash/crc32c.h"
 #include "tensorflow/core/lib/io/table_builder.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/protobuf/tensor_bundle.pb.h"
 #include "tensorflow/core/util/tensor_bundle/naming.h"
 #include "tensorflow/core/util/tensor_bundle/tensor_bundle.h"
-#include "xla/tsl/lib/hash/crc32c.h"
 
 #define TFCE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -130,7 +130,7 @@ TFCE_EXPORT int tfce_bundle_append(void* handle, int shard, const void* data,
   const char* bytes = static_cast<const char*>(data);
   const absl::Status status = out->file->Append(absl::string_view(bytes, nbytes));
   if (!status.ok()) return Fail(status, error, error_size);
-  out->crc = tsl::crc32c::Extend(out->crc, bytes, nbytes);
+  out->crc = tensorflow::crc32c::Extend(out->crc, bytes, nbytes);
   out->appended += nbytes;
   out->written += nbytes;
   return 0;
@@ -145,7 +145,7 @@ TFCE_EXPORT int tfce_bundle_end(void* handle, int shard, char* error, size_t err
     return Fail("fewer bytes than the tensor's shape holds", error, error_size);
   }
   out->entry.set_size(out->expected);
-  out->entry.set_crc32c(tsl::crc32c::Mask(out->crc));
+  out->entry.set_crc32c(tensorflow::crc32c::Mask(out->crc));
   bundle->entries[out->key] = out->entry;
   out->open = false;
   return 0;
