@@ -19,6 +19,8 @@ those three checks; the TF-free files (the kernels) get every check.
 """
 import os
 import re
+import runpy
+import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -70,6 +72,21 @@ def includes_tf_headers(path):
                for h in included)
 
 
+def check_tf_version(version):
+    """Refuses a TensorFlow older than the supported range, warns about one
+    newer than the tested range (tf_compressed_embedding/supported_versions.py,
+    read from its file: the package cannot be imported before it is built)."""
+    supported = runpy.run_path(os.path.join(
+        os.path.dirname(os.path.abspath(__file__)),
+        "tf_compressed_embedding", "supported_versions.py"))
+    refusal = supported["tf_too_old"](version)
+    if refusal:
+        raise SystemExit(f"error: {refusal}")
+    warning = supported["tf_untested"](version)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
 class BuildOpLibrary(build_ext):
     """Compiles each source with its own flags and links `_ops.so`."""
 
@@ -80,6 +97,7 @@ class BuildOpLibrary(build_ext):
     def build_extension(self, ext):
         import tensorflow as tf  # the TF this library will be loaded into
 
+        check_tf_version(tf.__version__)
         common = tf.sysconfig.get_compile_flags() + [
             "-O3", "-fPIC", "-fvisibility=hidden", "-I.",
             f'-DTFCE_TF_VERSION="{tf.__version__}"',

@@ -7,7 +7,9 @@ package keep working); it is raised, with its reason, by the first op call.
 
 The library is bound to the TensorFlow it was compiled against: before
 loading, the version recorded in the library is compared with the running
-TensorFlow, and a mismatch is reported with the command that rebuilds it.
+TensorFlow, and a mismatch is reported with the command that rebuilds it;
+a TensorFlow older than the supported range is refused (see
+supported_versions).
 
 ``TFCE_OPS_LIBRARY`` points the loader at another build of the library (the
 Bazel one, a sanitizer build) instead of the ``_ops.so`` in this package.
@@ -18,6 +20,8 @@ import re
 import threading
 
 import tensorflow as tf
+
+from tf_compressed_embedding import supported_versions
 
 LIBRARY_ENV = "TFCE_OPS_LIBRARY"
 _REBUILD_HINT = ("rebuild it against the installed TensorFlow with "
@@ -51,6 +55,9 @@ def _major_minor(version):
 
 
 def _load():
+    refusal = supported_versions.tf_too_old(tf.__version__)
+    if refusal:
+        raise OpLibraryError(refusal)
     path = library_path()
     if not os.path.isfile(path):
         raise OpLibraryError(

@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_compressed_embedding import ops as tfce_ops
-from tf_compressed_embedding import quantization
+from tf_compressed_embedding import quantization, supported_versions
 # The model-conversion helper lives in its own module (it imports this one
 # lazily, so there is no import cycle).
 from tf_compressed_embedding._keras_convert import (_float_policy, _numpy,
@@ -47,6 +47,10 @@ _NO_LORA = ("CompressedEmbedding does not support LoRA (lora_rank, "
             "lora_alpha, enable_lora): train a keras.layers.Embedding with "
             "LoRA and convert the model with quantize_embeddings()")
 QUANTIZATION_MODES = quantization.FORMATS
+
+if supported_versions.keras_too_old(keras.__version__):
+    warnings.warn(supported_versions.keras_too_old(keras.__version__),
+                  stacklevel=2)
 
 # What the ops read: anything with .data and .scales (see ops._table_inputs).
 _OpTable = collections.namedtuple("_OpTable", ["data", "scales"])
@@ -599,9 +603,12 @@ class CompressedEmbedding(keras.layers.Layer):
     def compute_output_spec(self, inputs, weights=None, mask=None):
         """The symbolic output (for functional models): ragged for ragged
         ids without a combiner, dense otherwise."""
+        # Only Keras versions with ragged KerasTensors (3.6 on) give ragged
+        # inputs, and only they take the argument.
         ragged = self.combiner is None and getattr(inputs, "ragged", False)
         return keras.KerasTensor(self.compute_output_shape(inputs.shape),
-                                 dtype=self.compute_dtype, ragged=ragged)
+                                 dtype=self.compute_dtype,
+                                 **({"ragged": True} if ragged else {}))
 
 
 def _entry_layer():

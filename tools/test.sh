@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: pip build, Bazel build + Bazel tests, the op tests on
 # the Bazel-built library and on an ASan+UBSan build (every kernel row), the
-# wheel in a fresh venv, then every pytest test on the pip-built library.
+# wheel in a fresh venv, every pytest test on the pip-built library, then the
+# op, layer and export tests built against the oldest supported TensorFlow.
 # Installs what it needs (see tools/setup.sh, tools/bazelisk_offline.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,3 +47,6 @@ PY
 
 echo "== the whole pytest suite (pip-built library)"
 "$PYTHON" -m pytest -q -p no:cacheprovider tests "$@"
+
+echo "== the oldest supported TensorFlow: build, op, layer and export tests"
+bash tools/test_oldest_tf.sh

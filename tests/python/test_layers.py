@@ -207,8 +207,15 @@ class PoolingTest(tf.test.TestCase, parameterized.TestCase):
             want_dt = tape.gradient(want_loss, embedding.embeddings)
             self.assertIsInstance(got_dt, tf.IndexedSlices)
             self.assertIsInstance(want_dt, tf.IndexedSlices)
-            self.assertAllClose(tf.convert_to_tensor(got_dt),
-                                tf.convert_to_tensor(want_dt),
+            got_dt = tf.convert_to_tensor(got_dt).numpy()
+            want_dt = tf.convert_to_tensor(want_dt).numpy()
+            # Keras before 3.15 sends its empty bag's 0/0 back into the
+            # masked ids' rows as NaN (0 * NaN) though they are masked out;
+            # the right gradient there, and ours, is 0.
+            keras_nan = np.isnan(want_dt).any(axis=1)
+            self.assertAllEqual(got_dt[keras_nan],
+                                np.zeros_like(got_dt[keras_nan]))
+            self.assertAllClose(got_dt[~keras_nan], want_dt[~keras_nan],
                                 rtol=1e-5, atol=1e-6)
 
     def test_mask_and_mask_zero_combine(self):
