@@ -48,9 +48,13 @@ def build_parser():
     parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                         help="run SRC and DST in fresh processes and compare every "
                              "output (default: on)")
-    parser.add_argument("--examples", metavar="FILE.npz",
-                        help="inputs to verify on, keys 'SIGNATURE/INPUT' (default: "
-                             "generated from the signatures)")
+    parser.add_argument("--examples", metavar="FILE",
+                        help="inputs to verify on: an .npz with keys 'SIGNATURE/INPUT' "
+                             "(strings as str, bytes or object arrays; object arrays "
+                             "are unpickled, so pass only your own files), or a "
+                             "TFRecord of TF Serving PredictionLog requests (default: "
+                             "SRC's assets.extra/tf_serving_warmup_requests if "
+                             "present, else generated from the signatures)")
     parser.add_argument("--report", metavar="FILE.json", help="write a JSON report")
     parser.add_argument("--quiet", action="store_true", help="no progress, no summary")
     return parser
@@ -148,7 +152,7 @@ def main(argv=None):
     console = Console(stderr=True)
     try:
         from export_tools.compress import Progress, compress_saved_model
-        from export_tools.verify import load_examples
+        from export_tools.examples import load_examples
         examples = load_examples(args.examples) if args.examples else None
         signatures = args.signatures.split(",") if args.signatures else None
         kwargs = dict(dtype=args.dtype, ops=args.ops, tables=args.tables, keep=args.keep,

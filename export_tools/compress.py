@@ -19,6 +19,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
+from export_tools import examples as source_examples
 from export_tools import output_model, probe, verify as verification, warmup
 from export_tools.errors import ExportError
 from export_tools.report import ExportReport, directory_bytes
@@ -194,15 +195,24 @@ def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=
     try:
         out = os.path.join(workdir, "model")
         # Inputs are derived from the source graphs, before the rewrite edits them.
-        feeds = _feeds(analyses, chosen, examples) if verify else None
+        feeds = _feeds(src, analyses, chosen, examples) if verify else None
         _write(source, analyses, chosen, dtype, ops, chunk_rows, out, progress, result)
         if verify:
             progress.stage("verifying in fresh processes")
             worst = max(t.relative_error for t in result.tables)
-            result.verification, result.tolerance = verification.verify(
+            result.verification, result.tolerance, notes = verification.verify(
                 src, out, feeds, ops == "fused", worst)
+            for note in notes:
+                progress.warn(note)
+                result.warnings.append(note)
             result.verified = True
-            result.warmup_requests = warmup.write(out, feeds, source.signature_defs)
+            if os.path.exists(os.path.join(src, warmup.WARMUP_FILE)):
+                # The source's own requests, carried over with assets.extra/:
+                # real traffic, kept as it is.
+                result.warmup_requests = warmup.count(out)
+            else:
+                result.warmup_requests = warmup.write(out, feeds,
+                                                      source.signature_defs)
         result.checkpoint_bytes_before = directory_bytes(os.path.join(src, "variables"))
         result.checkpoint_bytes_after = directory_bytes(os.path.join(out, "variables"))
         _move_into_place(out, dst)
@@ -308,11 +318,26 @@ def _kept_variable(source, location, index, streams, full_shapes):
     return variable
 
 
-def _feeds(analyses, chosen, examples):
+def _feeds(src, analyses, chosen, examples):
+    """The inputs to verify each signature on: the user's examples, else the
+    source's own warmup requests, else generated ones."""
+    keys = [a.key for a in analyses]
+    if examples:
+        origin = "examples"
+        unknown = sorted(set(examples) - set(keys))
+        if unknown:
+            raise ExportError(f"examples: signatures {unknown} are not exported "
+                              f"(exported: {keys})")
+    else:
+        origin = f"{warmup.WARMUP_FILE} of SRC"
+        examples = {k: v for k, v in source_examples.source_requests(src).items()
+                    if k in keys}
     feeds = {}
     for analysis in analyses:
-        if examples and analysis.key in examples:
-            feeds[analysis.key] = examples[analysis.key]
+        if analysis.key in examples:
+            feeds[analysis.key] = source_examples.conform(
+                examples[analysis.key], analysis.key, analysis.input_names,
+                analysis.input_specs, origin)
             continue
         rows = {p: t.location.full_shape[0] for t in chosen.values()
                 for p in t.placeholders.get(analysis.key, ())}

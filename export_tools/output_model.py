@@ -176,7 +176,8 @@ def _set_shape(shape_proto, dims):
 
 
 def copy_extra_assets(src, dst):
-    """Carries `assets.extra/` over (the warmup file is rewritten afterwards)."""
+    """Carries `assets.extra/` over, a warmup file included (the export writes
+    one only when the source has none)."""
     extra = os.path.join(src, "assets.extra")
     if os.path.isdir(extra):
         shutil.copytree(extra, os.path.join(dst, "assets.extra"), dirs_exist_ok=True)

@@ -1,36 +1,66 @@
 """Runs every signature of a SavedModel on given inputs, in a process of its own.
 
-    python -m export_tools.run_signatures MODEL INPUTS.npz OUTPUTS.npz [--load-ops]
+    python -m export_tools.run_signatures MODEL INPUTS OUTPUTS [--load-ops]
 
 Verification runs the source and the compressed model this way, each in a
 fresh process, as a server would load them. `--load-ops` imports
 `tf_compressed_embedding` first (registering the fused ops).
+
+INPUTS and OUTPUTS are TFRecord files: a JSON manifest `[[signature, name],
+...]`, then one `TensorProto` per entry. TensorProtos carry every dtype a
+signature can have exactly (strings included, which .npz cannot hold without
+pickle).
 """
 import argparse
 import json
 import os
+import re
 import sys
 
 import numpy as np
 
 
 def save_feeds(path, feeds):
-    """Writes {signature: {name: array}} to an .npz file."""
-    manifest, arrays = [], {}
-    for sig, named in feeds.items():
-        for name, value in named.items():
-            arrays[f"a{len(manifest)}"] = np.asarray(value)
-            manifest.append([sig, name])
-    np.savez(path, manifest=np.array(json.dumps(manifest)), **arrays)
+    """Writes {signature: {name: array}}."""
+    import tensorflow as tf
+    manifest = [[sig, name] for sig, named in feeds.items() for name in named]
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(json.dumps(manifest).encode())
+        for sig, name in manifest:
+            writer.write(tf.make_tensor_proto(
+                np.asarray(feeds[sig][name])).SerializeToString())
 
 
 def load_feeds(path):
-    """Reads what `save_feeds` wrote."""
-    with np.load(path, allow_pickle=False) as data:
-        result = {}
-        for i, (sig, name) in enumerate(json.loads(str(data["manifest"]))):
-            result.setdefault(sig, {})[name] = data[f"a{i}"]
-        return result
+    """Reads what `save_feeds` wrote; strings come back as object arrays of
+    bytes (as TensorFlow returns them)."""
+    import tensorflow as tf
+    from tensorflow.core.framework import tensor_pb2
+    records = iter(tf.data.TFRecordDataset(path).as_numpy_iterator())
+    manifest = json.loads(next(records))
+    result = {}
+    for (sig, name), record in zip(manifest, records):
+        result.setdefault(sig, {})[name] = tf.make_ndarray(
+            tensor_pb2.TensorProto.FromString(record))
+    return result
+
+
+# TF's "defined at" block: "Detected at node X defined at (most recent call
+# last):", then the Python stack that built the node, indented (or "<stack
+# traces unavailable>" in a loaded SavedModel).
+_NODE_STACK = re.compile(r"Detected at node .*? defined at \(most recent call "
+                         r"last\):\n(?:(?:[ \t].*|<stack traces unavailable>|)\n)*")
+
+
+def error_message(error):
+    """The actionable part of an exception from running a signature, on one
+    line: TF's own message without its "Graph execution error:" header and
+    the Python stack of the node that failed (the model's build code, not
+    the user's); the failing node is kept."""
+    text = getattr(error, "message", None) or str(error)
+    text = _NODE_STACK.sub("", text)
+    text = text.replace("Graph execution error:", "")
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def main(argv=None):
@@ -44,14 +74,16 @@ def main(argv=None):
     import tensorflow as tf
     if args.load_ops:
         import tf_compressed_embedding  # noqa: F401 - registers the ops
+    where = "loading the model"
     try:
         model = tf.saved_model.load(args.model)
         results = {}
         for sig, feed in load_feeds(args.inputs).items():
+            where = f"signature {sig!r}"
             out = model.signatures[sig](**{k: tf.constant(v) for k, v in feed.items()})
             results[sig] = {k: v.numpy() for k, v in out.items()}
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
-        print(f"{type(e).__name__}: {str(e).strip().splitlines()[0]}", file=sys.stderr)
+        print(f"{where}: {type(e).__name__}: {error_message(e)}", file=sys.stderr)
         return 1
     save_feeds(args.outputs, results)
     return 0

@@ -1,11 +1,21 @@
 """Verification: run the source and the compressed model in fresh processes on
 the same inputs and compare every output.
 
-Inputs are generated from the signature specs (integer inputs that feed a
-table's lookups get ids in [0, rows) of the smallest such table, including 0
-and rows-1; float inputs get values in [0, 1)), or supplied by the user. The
-tolerance is derived from the quantization: `factor * worst relative table
-error * max|source output|`, plus a float-rounding floor.
+Inputs are the user's examples, else the source's own warmup requests (see
+examples.py), else generated from the signature specs (integer inputs that
+feed a table's lookups get ids in [0, rows) of the smallest such table,
+including 0 and rows-1; float inputs get values in [0, 1)).
+
+Float outputs must agree within a tolerance derived from the quantization:
+`factor * worst relative table error * max|source output|`, plus a
+float-rounding floor. Other outputs (ids, strings, classes) must be equal,
+except in one case: a signature that returns ranked ids together with their
+scores (a float output of the same shape, as TFRS retrieval and top-k heads
+do). Compressing the tables moves scores by up to the tolerance, so
+candidates whose scores tie within it can trade places, as they do between
+the source and its own dequantized copy. There ids may differ, because the
+scores at every rank are checked against the source's; the count of
+differing ids is reported as a warning.
 """
 import os
 import subprocess
@@ -18,6 +28,7 @@ import tensorflow as tf
 from export_tools.errors import ExportError
 from export_tools.graph_edit import node_name
 from export_tools.run_signatures import load_feeds, save_feeds
+from export_tools.warmup import WARMUP_FILE
 
 DEFAULT_BATCH = 4
 DEFAULT_UNKNOWN_DIM = 3
@@ -80,8 +91,8 @@ def generate_inputs(analysis, bounds, seed=0):
 
 def run_model(path, feeds, load_ops, workdir):
     """{signature: {output: array}} from running `path` in a fresh process."""
-    inputs = os.path.join(workdir, "inputs.npz")
-    outputs = os.path.join(workdir, f"outputs_{len(os.listdir(workdir))}.npz")
+    inputs = os.path.join(workdir, "inputs.tfrecord")
+    outputs = os.path.join(workdir, f"outputs_{len(os.listdir(workdir))}.tfrecord")
     save_feeds(inputs, feeds)
     command = [sys.executable, "-m", "export_tools.run_signatures", path, inputs, outputs]
     if load_ops:
@@ -93,21 +104,26 @@ def run_model(path, feeds, load_ops, workdir):
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
-        raise ExportError(f"verification: running {path} failed: "
-                          f"{lines[-1] if lines else 'exit ' + str(done.returncode)}")
+        raise ExportError(
+            f"verification: running {path} failed: "
+            f"{lines[-1] if lines else 'exit ' + str(done.returncode)}. If the "
+            f"inputs verification used are not valid for this model, pass real "
+            f"ones: --examples FILE (.npz or a TFRecord of PredictionLogs), or "
+            f"put them in SRC/{WARMUP_FILE}")
     return load_feeds(outputs)
 
 
 def verify(src, dst, feeds, load_ops, relative_error, factor=TOLERANCE_FACTOR):
-    """Runs both models on `feeds`; returns ({sig: {out: max abs diff}}, tolerance)
-    or raises ExportError naming the first output above the tolerance."""
+    """Runs both models on `feeds`; returns ({sig: {out: max abs diff, or
+    count of differing values}}, tolerance, [warning]) or raises ExportError
+    naming the first output that does not agree."""
     with tempfile.TemporaryDirectory(prefix="tfce-verify-") as workdir:
         want = run_model(src, feeds, False, workdir)
         got = run_model(dst, feeds, load_ops, workdir)
     scale = max((float(np.abs(v).max()) for outs in want.values() for v in outs.values()
                  if v.size and np.issubdtype(v.dtype, np.floating)), default=0.0)
     tolerance = factor * relative_error * scale + ROUNDING_FLOOR * max(scale, 1.0)
-    diffs = {}
+    diffs, warnings = {}, []
     for sig, outs in want.items():
         diffs[sig] = {}
         for key, value in outs.items():
@@ -119,27 +135,34 @@ def verify(src, dst, feeds, load_ops, relative_error, factor=TOLERANCE_FACTOR):
             if np.issubdtype(value.dtype, np.floating):
                 diff = float(np.abs(other.astype(np.float64) - value).max()) \
                     if value.size else 0.0
+                if not diff <= tolerance:
+                    raise ExportError(
+                        f"verification: signature {sig!r} output {key!r} differs "
+                        f"from the source by {diff:.3g}, above the tolerance "
+                        f"{tolerance:.3g}")
             else:
                 diff = float(np.count_nonzero(other != value))
+                if diff:
+                    warnings.append(_ranked_ids_differ(sig, key, value, outs, diff))
             diffs[sig][key] = diff
-            if not diff <= tolerance:
-                raise ExportError(f"verification: signature {sig!r} output {key!r} "
-                                  f"differs from the source by {diff:.3g}, above the "
-                                  f"tolerance {tolerance:.3g}")
-    return diffs, tolerance
+    return diffs, tolerance, warnings
 
 
-def load_examples(path):
-    """User examples: an .npz with keys 'SIGNATURE/INPUT'."""
-    feeds = {}
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            for key in data.files:
-                sig, _, name = key.rpartition("/")
-                if not sig:
-                    raise ExportError(f"examples {path}: key {key!r} is not "
-                                      f"'SIGNATURE/INPUT'")
-                feeds.setdefault(sig, {})[name] = data[key]
-    except OSError as e:
-        raise ExportError(f"cannot read examples {path}: {e}")
-    return feeds
+def _ranked_ids_differ(sig, key, value, outputs, count):
+    """The warning for a non-float output that differs from the source, if it
+    comes with scores of its shape (see the module); else ExportError."""
+    scores = sorted(k for k, v in outputs.items()
+                    if k != key and v.shape == value.shape
+                    and np.issubdtype(v.dtype, np.floating))
+    where = (f"signature {sig!r} output {key!r} ({value.dtype}): "
+             f"{int(count)} of {value.size} values differ from the source")
+    if not scores:
+        raise ExportError(
+            f"verification: {where}, and the signature returns no scores of "
+            f"its shape that would explain it as near ties trading places. "
+            f"If the output is chosen by scores the signature does not return "
+            f"(an argmax, a top-k), verify on inputs without near ties "
+            f"(--examples FILE) or check the model yourself and pass "
+            f"--no-verify")
+    return (f"{where}, at ranks whose scores ({', '.join(scores)}) agree "
+            f"with the source's within the tolerance: near ties trading places")

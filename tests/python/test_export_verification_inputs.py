@@ -1,0 +1,309 @@
+"""What verification runs on and how it compares: string inputs and outputs,
+the user's examples (.npz with strings, TFRecord of PredictionLogs, other
+integer widths), the source's own warmup requests, ranked ids that trade
+places on near ties, and errors of a failing run quoted in full."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from export_tools import ExportError, compress_saved_model, warmup
+from export_tools.examples import load_examples
+
+ROWS, DIM, K, CANDIDATES = 60, 8, 10, 512
+VOCAB = [f"country_{i}" for i in range(ROWS - 1)]  # unknown -> row ROWS-1
+
+
+def _spec(shape, dtype, name):
+    return tf.TensorSpec(shape, dtype, name=name)
+
+
+def build_string_model(path, seed=0):
+    """country (string) -> StaticHashTable -> row of `countries`; item
+    (int32) -> row of `items`; returns both rows concatenated."""
+    rng = np.random.default_rng(seed)
+    module = tf.Module()
+    module.countries = tf.Variable(rng.standard_normal((ROWS, DIM)).astype(
+        np.float32), name="countries")
+    module.items = tf.Variable(rng.standard_normal((ROWS, DIM)).astype(
+        np.float32), name="items")
+    module.vocab = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(
+            tf.constant(VOCAB), tf.range(ROWS - 1, dtype=tf.int64)),
+        default_value=ROWS - 1)
+
+    @tf.function(input_signature=[_spec([None], tf.string, "country"),
+                                  _spec([None], tf.int32, "item")])
+    def serve(country, item):
+        rows = module.vocab.lookup(country)
+        return {"out": tf.concat([tf.nn.embedding_lookup(module.countries, rows),
+                                  tf.nn.embedding_lookup(module.items, item)], 1)}
+
+    module.serve = serve
+    tf.saved_model.save(module, path, signatures={"serving_default": serve})
+    return path
+
+
+def string_feed(rng, batch=5):
+    country = np.array([VOCAB[i] for i in rng.integers(0, ROWS - 1, batch)])
+    country[-1] = "nowhere"  # unknown: the default row
+    return {"country": country,
+            "item": rng.integers(0, ROWS, batch).astype(np.int32)}
+
+
+def build_ranking_model(path, with_scores, seed=0):
+    """user (int64) -> a row of `users` (the compressed table) -> dot with
+    CANDIDATES FP32 candidates -> top-K names (strings), with their scores if
+    `with_scores`. With that many candidates, adjacent scores are closer than
+    int8's error on the user row moves them, so compressing the users table
+    reorders some."""
+    rng = np.random.default_rng(seed)
+    module = tf.Module()
+    module.users = tf.Variable(rng.standard_normal((ROWS, DIM)).astype(
+        np.float32), name="users")
+    candidates = tf.constant(rng.standard_normal((CANDIDATES, DIM)).astype(
+        np.float32))
+    names = tf.constant([f"cand_{i}" for i in range(CANDIDATES)])
+
+    @tf.function(input_signature=[_spec([None], tf.int64, "user")])
+    def serve(user):
+        query = tf.nn.embedding_lookup(module.users, user)
+        scores, top = tf.math.top_k(tf.matmul(query, candidates,
+                                              transpose_b=True), k=K)
+        out = {"names": tf.gather(names, top)}
+        if with_scores:
+            out["scores"] = scores
+        return out
+
+    module.serve = serve
+    tf.saved_model.save(module, path, signatures={"serving_default": serve})
+    return path
+
+
+def run_saved_model(path, feed, load_ops):
+    if load_ops:
+        import tf_compressed_embedding  # noqa: F401
+    model = tf.saved_model.load(path)
+    out = model.signatures["serving_default"](
+        **{k: tf.constant(v) for k, v in feed.items()})
+    return {k: v.numpy() for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def string_model(tmp_path_factory):
+    return build_string_model(str(tmp_path_factory.mktemp("m") / "src"))
+
+
+def _assert_matches_source(src, dst, feed):
+    want = run_saved_model(src, feed, False)
+    got = run_saved_model(dst, feed, True)
+    np.testing.assert_allclose(got["out"], want["out"], atol=0.05)
+    assert not np.array_equal(got["out"], want["out"])  # int8 really changed it
+
+
+# -- string inputs ---------------------------------------------------------
+
+def test_string_input_without_examples_or_warmup_says_what_to_pass(
+        string_model, tmp_path):
+    with pytest.raises(ExportError, match="input 'country' is string.*--examples"):
+        compress_saved_model(string_model, str(tmp_path / "dst"), dtype="int8",
+                             min_rows=1)
+    assert not os.path.exists(tmp_path / "dst")
+
+
+@pytest.mark.parametrize("as_object", [False, True], ids=["str", "object"])
+def test_npz_examples_with_strings(string_model, tmp_path, as_object):
+    feed = string_feed(np.random.default_rng(1))
+    stored = dict(feed, country=feed["country"].astype(object) if as_object
+                  else feed["country"])
+    np.savez(tmp_path / "ex.npz",
+             **{f"serving_default/{k}": v for k, v in stored.items()})
+    examples = load_examples(str(tmp_path / "ex.npz"))
+    report = compress_saved_model(string_model, str(tmp_path / "dst"),
+                                  dtype="int8", min_rows=1, examples=examples)
+    assert report.verified and report.verification["serving_default"]["out"] > 0
+    _assert_matches_source(string_model, str(tmp_path / "dst"), feed)
+
+
+def test_object_npz_with_non_strings_is_refused(tmp_path):
+    np.savez(tmp_path / "ex.npz", **{"serving_default/country": np.array(
+        ["a", 3], dtype=object)})
+    with pytest.raises(ExportError, match="object array holding other than str"):
+        load_examples(str(tmp_path / "ex.npz"))
+
+
+def _write_prediction_logs(path, requests):
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for signature, feed in requests:
+            writer.write(warmup.predict_log(signature, feed))
+
+
+def test_prediction_log_examples(string_model, tmp_path):
+    rng = np.random.default_rng(2)
+    first, second = string_feed(rng), string_feed(rng, batch=3)
+    _write_prediction_logs(tmp_path / "requests.tfrecord",
+                           [("serving_default", first),
+                            ("serving_default", second)])
+    examples = load_examples(str(tmp_path / "requests.tfrecord"))
+    assert list(examples) == ["serving_default"]
+    assert examples["serving_default"]["country"].tolist() == [
+        s.encode() for s in first["country"]]  # the first request per signature
+    report = compress_saved_model(string_model, str(tmp_path / "dst"),
+                                  dtype="fp16", min_rows=1, examples=examples)
+    assert report.verified
+
+
+def test_examples_file_of_another_format_is_refused(tmp_path):
+    (tmp_path / "ex.csv").write_text("country,item\nx,1\n")
+    with pytest.raises(ExportError, match="neither an .npz file nor a TFRecord"):
+        load_examples(str(tmp_path / "ex.csv"))
+
+
+def test_source_warmup_requests_are_verified_on_and_kept(tmp_path):
+    src = build_string_model(str(tmp_path / "src"))
+    feed = string_feed(np.random.default_rng(3))
+    os.makedirs(os.path.join(src, "assets.extra"))
+    source_warmup = os.path.join(src, warmup.WARMUP_FILE)
+    _write_prediction_logs(source_warmup, [("serving_default", feed)] * 3)
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
+                                  min_rows=1)  # default options
+    assert report.verified and report.warmup_requests == 3
+    with open(source_warmup, "rb") as a, open(
+            os.path.join(tmp_path / "dst", warmup.WARMUP_FILE), "rb") as b:
+        assert a.read() == b.read()
+
+
+def test_corrupt_source_warmup_file_is_named(tmp_path):
+    src = build_string_model(str(tmp_path / "src"))
+    os.makedirs(os.path.join(src, "assets.extra"))
+    with open(os.path.join(src, warmup.WARMUP_FILE), "wb") as f:
+        f.write(b"not a tfrecord at all, but long enough to have a header")
+    with pytest.raises(ExportError, match="tf_serving_warmup_requests is not a "
+                                          "TFRecord.*--examples"):
+        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", min_rows=1)
+
+
+# -- examples checked against the signature --------------------------------
+
+def test_wider_integer_examples_are_cast_when_lossless(string_model, tmp_path):
+    feed = string_feed(np.random.default_rng(4))
+    examples = {"serving_default": dict(feed, item=feed["item"].astype(np.int64))}
+    report = compress_saved_model(string_model, str(tmp_path / "dst"),
+                                  dtype="int8", min_rows=1, examples=examples)
+    assert report.verified
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: dict(f, item=f["item"].astype(np.int64) + 2**40),
+     "input 'item' is int64 and its values do not all fit int32"),
+    (lambda f: dict(f, item=f["item"] + 0.5),
+     "input 'item' is float64 and its values do not all fit int32"),
+    (lambda f: dict(f, country=np.arange(5)),
+     "input 'country' is int64; the signature wants strings"),
+    (lambda f: dict(f, item=f["country"]),
+     "input 'item' holds strings; the signature wants int32"),
+    (lambda f: dict(f, item=f["item"].reshape(5, 1)),
+     r"input 'item' has shape \[5, 1\]; the signature wants \(None,\)"),
+    (lambda f: {"country": f["country"]},
+     r"needs inputs \['item'\] it does not give"),
+    (lambda f: dict(f, extra=f["item"]), r"has no inputs \['extra'\]"),
+], ids=["too-wide", "fraction", "not-strings", "strings", "shape", "missing",
+        "unknown"])
+def test_examples_that_do_not_fit_the_signature_are_named(
+        string_model, tmp_path, change, message):
+    examples = {"serving_default": change(string_feed(np.random.default_rng(5)))}
+    with pytest.raises(ExportError, match=message):
+        compress_saved_model(string_model, str(tmp_path / "dst"), dtype="int8",
+                             min_rows=1, examples=examples)
+    assert not os.path.exists(tmp_path / "dst")
+
+
+def test_examples_for_a_signature_not_exported(string_model, tmp_path):
+    examples = {"serving_default": string_feed(np.random.default_rng(6)),
+                "other": {}}
+    with pytest.raises(ExportError, match=r"signatures \['other'\] are not exported"):
+        compress_saved_model(string_model, str(tmp_path / "dst"), dtype="int8",
+                             min_rows=1, examples=examples)
+
+
+# -- outputs that are not floats -------------------------------------------
+
+def _differing_names(src, dst, feed):
+    want = run_saved_model(src, feed, False)
+    got = run_saved_model(dst, feed, True)
+    return int(np.count_nonzero(want["names"] != got["names"])), want, got
+
+
+def test_ranked_names_with_scores_may_trade_places_on_near_ties(tmp_path):
+    src = build_ranking_model(str(tmp_path / "src"), with_scores=True)
+    feed = {"user": np.arange(ROWS, dtype=np.int64)}
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
+                                  min_rows=1, examples={"serving_default": feed})
+    assert report.verified
+    # Run both models here too: int8 does reorder near ties on this feed,
+    # the tool counted exactly those, and the scores stay within the
+    # tolerance at every rank.
+    swapped, want, got = _differing_names(src, str(tmp_path / "dst"), feed)
+    assert swapped > 0
+    assert report.verification["serving_default"]["names"] == swapped
+    assert np.abs(got["scores"] - want["scores"]).max() <= report.tolerance
+    assert [w for w in report.warnings if "near ties trading places" in w
+            and f"'names' (object): {swapped} of {ROWS * K} values" in w]
+
+
+def test_ranked_names_without_scores_that_differ_are_refused(tmp_path):
+    src = build_ranking_model(str(tmp_path / "src"), with_scores=False)
+    user = np.arange(ROWS, dtype=np.int64)
+    with pytest.raises(ExportError, match="output 'names' .* values differ from "
+                                          "the source.*no scores of its shape"):
+        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
+                             min_rows=1, examples={"serving_default": {"user": user}})
+
+
+def test_string_outputs_that_agree_verify(tmp_path):
+    src = build_ranking_model(str(tmp_path / "src"), with_scores=False)
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype="fp16",
+                                  min_rows=1, ops="stock")
+    assert report.verified
+    assert report.verification["serving_default"]["names"] == 0
+
+
+# -- a model that fails on the inputs ---------------------------------------
+
+def test_a_failing_run_is_quoted_with_its_message(tmp_path):
+    module = tf.Module()
+    module.table = tf.Variable(np.ones((ROWS, DIM), np.float32), name="table")
+
+    @tf.function(input_signature=[_spec([None], tf.int64, "ids"),
+                                  _spec([None], tf.float32, "weight")])
+    def serve(ids, weight):
+        check = tf.debugging.assert_less(
+            weight, -1.0, message="weights must be below -1 for this model")
+        with tf.control_dependencies([check]):
+            rows = tf.nn.embedding_lookup(module.table, ids)
+        return {"out": rows * weight[:, None]}
+
+    module.serve = serve
+    src = str(tmp_path / "src")
+    tf.saved_model.save(module, src, signatures={"serving_default": serve})
+    with pytest.raises(ExportError) as raised:
+        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", min_rows=1)
+    message = str(raised.value)
+    assert "signature 'serving_default': InvalidArgumentError" in message
+    assert "weights must be below -1 for this model" in message
+    assert "--examples" in message and "\n" not in message
+    assert "most recent call last" not in message
+
+
+def test_error_message_drops_the_build_stack_and_keeps_the_node():
+    from export_tools.run_signatures import error_message
+
+    class FakeOpError(Exception):
+        message = ("Graph execution error:\n\nDetected at node lookup/Assert "
+                   "defined at (most recent call last):\n  File \"model.py\", "
+                   "line 3, in serve\n    rows = lookup(ids)\n\nindices[2] = 70 "
+                   "is not in [0, 60)\n\t [[{{node lookup/Assert}}]]")
+
+    assert error_message(FakeOpError()) == (
+        "indices[2] = 70 is not in [0, 60) [[{{node lookup/Assert}}]]")
