@@ -20,7 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from export_tools import examples as source_examples
-from export_tools import output_model, probe, verify as verification, warmup
+from export_tools import input_generation, output_model, probe
+from export_tools import verify as verification, warmup
 from export_tools.errors import ExportError
 from export_tools.report import ExportReport, directory_bytes
 from export_tools.signature_rewrite import analyze, rewrite
@@ -87,10 +88,17 @@ def _describe(uses):
     return None
 
 
-def choose_tables(analyses, tables, keep, min_rows, progress):
+def _bytes_per_row(dim, fmt):
+    return dim * quantization.storage_dtype(fmt).itemsize + 4 * int(
+        np.prod(quantization.scales_shape(fmt, 1)))
+
+
+def choose_tables(analyses, tables, keep, min_rows, dtype, progress, warn):
     """({uid: _Table} of the tables to convert, [names kept FP32 by `keep`]);
-    refuses tables it cannot convert."""
-    chosen, kept = {}, []
+    refuses tables it cannot convert. Tables the format would not shrink
+    (int8 of dim 1: a byte and a 4-byte scale per row) are left FP32 with a
+    warning, unless `tables` names them."""
+    chosen, kept, unshrunk = {}, [], set()
     for analysis in analyses:
         for placeholder, uses in analysis.uses.items():
             loc = analysis.locations[placeholder]
@@ -107,6 +115,15 @@ def choose_tables(analyses, tables, keep, min_rows, progress):
                     progress.warn(f"table {loc.name!r} left FP32 (--keep)")
                 continue
             if loc.full_shape[0] < min_rows:
+                continue
+            dim = loc.full_shape[1]
+            if _bytes_per_row(dim, dtype) >= 4 * dim and tables is None:
+                if loc.name not in unshrunk:
+                    unshrunk.add(loc.name)
+                    warn(f"table {loc.name!r} left FP32: {dtype} would store "
+                         f"{_bytes_per_row(dim, dtype)} bytes per row of dim {dim}, "
+                         f"FP32 stores {4 * dim}; --tables naming it converts it "
+                         f"anyway")
                 continue
             where = f"table {loc.name!r} (signature {analysis.key!r})"
             hint = f"; pass --keep '{re.escape(loc.name)}' to leave it FP32"
@@ -181,12 +198,18 @@ def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=
         raise ExportError(f"{src} has no signatures to export")
     progress.stage("analyzing signatures")
     analyses = [analyze(source, key, source.loaded.signatures[key]) for key in keys]
-    chosen, result.kept_fp32 = choose_tables(analyses, tables, keep, min_rows, progress)
+    def warn(text):
+        progress.warn(text)
+        result.warnings.append(text)
+
+    chosen, result.kept_fp32 = choose_tables(analyses, tables, keep, min_rows, dtype,
+                                             progress, warn)
     if not chosen:
         raise ExportError(
             f"found no table to compress in {src}: no float32 rank-2 variable of at "
             f"least {min_rows} rows is read only by lookups"
-            + (f" and matches {tables!r}" if tables else ""))
+            + (f" and matches {tables!r}" if tables else "")
+            + "".join(f"; {w}" for w in result.warnings))
 
     parent = os.path.dirname(os.path.abspath(dst))
     os.makedirs(parent, exist_ok=True)
@@ -203,8 +226,7 @@ def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=
             result.verification, result.tolerance, notes = verification.verify(
                 src, out, feeds, ops == "fused", worst)
             for note in notes:
-                progress.warn(note)
-                result.warnings.append(note)
+                warn(note)
             result.verified = True
             if os.path.exists(os.path.join(src, warmup.WARMUP_FILE)):
                 # The source's own requests, carried over with assets.extra/:
@@ -247,10 +269,14 @@ def _write(source, analyses, chosen, dtype, ops, chunk_rows, out, progress, resu
             module.resources.append(capture.owner)
         return capture.external
 
-    signature_functions = {}
+    signature_functions, counts = {}, {}
     for analysis in analyses:
         mine = {p: uid for uid, t in chosen.items() for p in t.placeholders.get(analysis.key, ())}
         rewritten = rewrite(analysis, mine, dtype, ops)
+        for uid, (lookups, pooled) in rewritten.lookup_counts.items():
+            total = counts.setdefault(uid, [0, 0])
+            total[0] += lookups
+            total[1] += pooled
         signature_functions[analysis.key] = output_model.signature_function(
             rewritten, resolve, analysis.function.structured_outputs)
     progress.stage("saving the rewritten model")
@@ -260,6 +286,7 @@ def _write(source, analyses, chosen, dtype, ops, chunk_rows, out, progress, resu
         uid = next(u for u, t in compressed.items() if t is variables)
         table_report = new_report(chosen[uid].location, dtype)
         table_report.signatures = sorted(chosen[uid].placeholders)
+        table_report.lookups, table_report.pooled_lookups = counts.get(uid, (0, 0))
         result.tables.append(table_report)
         streams.append(_table_stream(source, chosen[uid].location, variables, index,
                                      dtype, chunk_rows, table_report, full_shapes,
@@ -341,8 +368,10 @@ def _feeds(src, analyses, chosen, examples):
             continue
         rows = {p: t.location.full_shape[0] for t in chosen.values()
                 for p in t.placeholders.get(analysis.key, ())}
-        bounds = verification.id_bounds(analysis, rows)
-        feeds[analysis.key] = verification.generate_inputs(analysis, bounds)
+        feeds[analysis.key] = input_generation.generate_inputs(
+            analysis, input_generation.id_bounds(analysis, rows),
+            input_generation.table_keys(analysis),
+            input_generation.composite_inputs(analysis))
     return feeds
 
 

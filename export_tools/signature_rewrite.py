@@ -12,7 +12,7 @@ import tensorflow as tf
 from tensorflow.python.framework import convert_to_constants
 
 from export_tools.errors import ExportError
-from export_tools.graph_edit import GraphEditor, infer_shapes
+from export_tools.graph_edit import GraphEditor, infer_shapes, node_name
 from export_tools.lookup_emit import Emitter
 from export_tools.lookup_patterns import find_uses, match_pooled
 
@@ -44,6 +44,8 @@ class RewrittenSignature:
     outputs: dict
     bindings: dict        # placeholder -> ("table", uid, "data"|"scales") | ("variable", loc)
     #                        | ("external", tensor)
+    lookup_counts: dict = dataclasses.field(default_factory=dict)
+    #                       table uid -> (row lookups, pooled lookups) left in the graph
 
 
 def _inline(function):
@@ -102,10 +104,11 @@ def analyze(source, key, function):
 def rewrite(analysis, chosen, fmt, ops):
     """Rewrites the lookups of the tables in `chosen` (placeholder -> table uid)."""
     editor, emitter = analysis.editor, Emitter(analysis.editor, analysis.specs, fmt, ops)
-    bindings = {}
+    bindings, reads = {}, {}
     for placeholder, uid in chosen.items():
         uses = analysis.uses[placeholder]
         table = emitter.add_table(placeholder)
+        reads[table.data_read] = uid
         bindings[table.data_placeholder] = ("table", uid, "data")
         if table.scales_placeholder:
             bindings[table.scales_placeholder] = ("table", uid, "scales")
@@ -136,4 +139,20 @@ def rewrite(analysis, chosen, fmt, ops):
             bindings[node.name] = ("external", analysis.captures[node.name])
     return RewrittenSignature(analysis.key, editor.graph_def, analysis.input_names,
                               analysis.input_specs, analysis.input_tensors,
-                              analysis.outputs, bindings)
+                              analysis.outputs, bindings, _lookup_counts(editor, reads))
+
+
+def _lookup_counts(editor, reads):
+    """{table uid: (row lookups, pooled lookups)} in the pruned graph: the
+    nodes that read each table's compressed rows (`reads`: data read ->
+    uid). A stock decode counts as a row lookup (its rows GatherV2)."""
+    counts = {uid: [0, 0] for uid in reads.values()}
+    for node in editor.graph_def.node:
+        uid = reads.get(node_name(node.input[0])) if node.input else None
+        if uid is None:
+            continue
+        if node.op == "FusedDecodeAxpy":
+            counts[uid][1] += 1
+        elif node.op in ("CompressedEmbeddingLookup", "GatherV2"):
+            counts[uid][0] += 1
+    return {uid: tuple(c) for uid, c in counts.items()}

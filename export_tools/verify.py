@@ -2,9 +2,7 @@
 the same inputs and compare every output.
 
 Inputs are the user's examples, else the source's own warmup requests (see
-examples.py), else generated from the signature specs (integer inputs that
-feed a table's lookups get ids in [0, rows) of the smallest such table,
-including 0 and rows-1; float inputs get values in [0, 1)).
+examples.py), else generated valid for the signature (input_generation.py).
 
 Float outputs must agree within a tolerance derived from the quantization:
 `factor * worst relative table error * max|source output|`, plus a
@@ -23,70 +21,13 @@ import sys
 import tempfile
 
 import numpy as np
-import tensorflow as tf
 
 from export_tools.errors import ExportError
-from export_tools.graph_edit import node_name
 from export_tools.run_signatures import load_feeds, save_feeds
 from export_tools.warmup import WARMUP_FILE
 
-DEFAULT_BATCH = 4
-DEFAULT_UNKNOWN_DIM = 3
 TOLERANCE_FACTOR = 16.0
 ROUNDING_FLOOR = 1e-5
-
-
-def id_bounds(analysis, tables):
-    """{input name: rows} for signature inputs feeding the ids of `tables`
-    (placeholder -> rows), found by walking the lookups' id tensors upwards."""
-    editor = analysis.editor
-    by_placeholder = dict(zip((node_name(t) for t in analysis.input_tensors),
-                              analysis.input_names))
-    bounds = {}
-    for placeholder, rows in tables.items():
-        uses = analysis.uses[placeholder]
-        id_tensors = [g.ids for g in uses.gathers] + [
-            t for p in uses.pooled for t in (p.ids if isinstance(p.ids, tuple) else (p.ids,))]
-        seen, stack = set(), [node_name(t) for t in id_tensors]
-        while stack:
-            name = stack.pop()
-            if name in seen or name not in editor.nodes:
-                continue
-            seen.add(name)
-            if name in by_placeholder:
-                key = by_placeholder[name]
-                bounds[key] = min(bounds.get(key, rows), rows)
-            stack.extend(node_name(i) for i in editor.nodes[name].input
-                         if not i.startswith("^"))
-    return bounds
-
-
-def generate_inputs(analysis, bounds, seed=0):
-    """A feed for one signature, from its input specs and id bounds."""
-    rng = np.random.default_rng(seed)
-    feed = {}
-    for name, spec in zip(analysis.input_names, analysis.input_specs):
-        dims = spec.shape.as_list() if spec.shape.rank is not None else [DEFAULT_BATCH]
-        shape = [d if d is not None else (DEFAULT_BATCH if i == 0 else DEFAULT_UNKNOWN_DIM)
-                 for i, d in enumerate(dims)]
-        dtype = spec.dtype
-        if dtype.is_integer:
-            high = bounds.get(name, 2)
-            value = rng.integers(0, high, size=shape)
-            flat = value.reshape(-1)
-            if flat.size:
-                flat[0], flat[-1] = 0, high - 1  # the table's first and last rows
-            feed[name] = value.astype(dtype.as_numpy_dtype)
-        elif dtype.is_floating:
-            feed[name] = rng.uniform(0, 1, size=shape).astype(dtype.as_numpy_dtype)
-        elif dtype == tf.bool:
-            feed[name] = rng.integers(0, 2, size=shape).astype(bool)
-        else:
-            raise ExportError(
-                f"signature {analysis.key!r} input {name!r} is {dtype.name}: "
-                f"verification cannot generate it; pass examples (--examples "
-                f"FILE.npz) or --no-verify")
-    return feed
 
 
 def run_model(path, feeds, load_ops, workdir):
@@ -120,8 +61,9 @@ def verify(src, dst, feeds, load_ops, relative_error, factor=TOLERANCE_FACTOR):
     with tempfile.TemporaryDirectory(prefix="tfce-verify-") as workdir:
         want = run_model(src, feeds, False, workdir)
         got = run_model(dst, feeds, load_ops, workdir)
-    scale = max((float(np.abs(v).max()) for outs in want.values() for v in outs.values()
-                 if v.size and np.issubdtype(v.dtype, np.floating)), default=0.0)
+    scale = max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0))
+                 for outs in want.values() for v in outs.values()
+                 if np.issubdtype(v.dtype, np.floating)), default=0.0)
     tolerance = factor * relative_error * scale + ROUNDING_FLOOR * max(scale, 1.0)
     diffs, warnings = {}, []
     for sig, outs in want.items():
@@ -133,8 +75,7 @@ def verify(src, dst, feeds, load_ops, relative_error, factor=TOLERANCE_FACTOR):
                                   f"{other.dtype}{list(other.shape)}, the source gives "
                                   f"{value.dtype}{list(value.shape)}")
             if np.issubdtype(value.dtype, np.floating):
-                diff = float(np.abs(other.astype(np.float64) - value).max()) \
-                    if value.size else 0.0
+                diff = _float_difference(other, value)
                 if not diff <= tolerance:
                     raise ExportError(
                         f"verification: signature {sig!r} output {key!r} differs "
@@ -146,6 +87,18 @@ def verify(src, dst, feeds, load_ops, relative_error, factor=TOLERANCE_FACTOR):
                     warnings.append(_ranked_ids_differ(sig, key, value, outs, diff))
             diffs[sig][key] = diff
     return diffs, tolerance, warnings
+
+
+def _float_difference(got, want):
+    """max |got - want| over finite values; NaN where the source has NaN and
+    the same infinity where it has one agree (an empty bag's 0/0 mean), any
+    other non-finite mismatch is an infinite difference."""
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    finite = np.isfinite(want) & np.isfinite(got)
+    same = (np.isnan(want) & np.isnan(got)) | (np.isinf(want) & (got == want))
+    if not np.all(finite | same):
+        return float("inf")
+    return float(np.abs(got[finite] - want[finite]).max(initial=0.0))
 
 
 def _ranked_ids_differ(sig, key, value, outputs, count):

@@ -1,7 +1,8 @@
-"""What verification runs on and how it compares: string inputs and outputs,
-the user's examples (.npz with strings, TFRecord of PredictionLogs, other
-integer widths), the source's own warmup requests, ranked ids that trade
-places on near ties, and errors of a failing run quoted in full."""
+"""What verification runs on and how it compares: inputs generated valid for
+the graph (table keys, ragged and sparse components), string inputs and
+outputs, the user's examples (.npz with strings, TFRecord of PredictionLogs,
+other integer widths), the source's own warmup requests, ranked ids that
+trade places on near ties, and errors of a failing run quoted in full."""
 import os
 
 import numpy as np
@@ -9,7 +10,10 @@ import pytest
 import tensorflow as tf
 
 from export_tools import ExportError, compress_saved_model, warmup
+from export_tools import input_generation
 from export_tools.examples import load_examples
+from export_tools.signature_rewrite import analyze
+from export_tools.source import SourceModel
 
 ROWS, DIM, K, CANDIDATES = 60, 8, 10, 512
 VOCAB = [f"country_{i}" for i in range(ROWS - 1)]  # unknown -> row ROWS-1
@@ -103,14 +107,6 @@ def _assert_matches_source(src, dst, feed):
 
 
 # -- string inputs ---------------------------------------------------------
-
-def test_string_input_without_examples_or_warmup_says_what_to_pass(
-        string_model, tmp_path):
-    with pytest.raises(ExportError, match="input 'country' is string.*--examples"):
-        compress_saved_model(string_model, str(tmp_path / "dst"), dtype="int8",
-                             min_rows=1)
-    assert not os.path.exists(tmp_path / "dst")
-
 
 @pytest.mark.parametrize("as_object", [False, True], ids=["str", "object"])
 def test_npz_examples_with_strings(string_model, tmp_path, as_object):
@@ -307,3 +303,128 @@ def test_error_message_drops_the_build_stack_and_keeps_the_node():
 
     assert error_message(FakeOpError()) == (
         "indices[2] = 70 is not in [0, 60) [[{{node lookup/Assert}}]]")
+
+
+# -- generated inputs, valid for the graph ----------------------------------
+
+def generated_feed(src, signature="serving_default"):
+    """The feed the tool generates for `signature` of `src` (no examples)."""
+    source = SourceModel(src)
+    analysis = analyze(source, signature, source.loaded.signatures[signature])
+    return input_generation.generate_inputs(
+        analysis, input_generation.id_bounds(analysis, {}),
+        input_generation.table_keys(analysis),
+        input_generation.composite_inputs(analysis))
+
+
+def test_string_keys_are_drawn_from_the_loaded_table(string_model, tmp_path):
+    feed = generated_feed(string_model)
+    country = [c.decode() for c in feed["country"]]
+    assert set(country) - set(VOCAB) == {input_generation.UNKNOWN_KEY}
+    assert len(set(country) & set(VOCAB)) >= 2
+    report = compress_saved_model(string_model, str(tmp_path / "dst"),
+                                  dtype="int8", min_rows=1)  # default options
+    assert report.verified
+
+
+def _save(module, path, fn):
+    module.serve = fn
+    tf.saved_model.save(module, path, signatures={"serving_default": fn})
+    return path
+
+
+def _table_module(seed=0):
+    module = tf.Module()
+    module.table = tf.Variable(np.random.default_rng(seed).standard_normal(
+        (ROWS, DIM)).astype(np.float32), name="table")
+    return module
+
+
+def _assert_valid_splits(splits, values, rows):
+    assert splits[0] == 0 and splits[-1] == len(values) and len(splits) == rows + 1
+    assert np.all(np.diff(splits) >= 0)
+    assert 0 in np.diff(splits)  # an empty row is covered
+
+
+def test_ragged_tensor_spec_argument(tmp_path):
+    module = _table_module()
+
+    @tf.function(input_signature=[tf.RaggedTensorSpec(
+        [None, None], tf.int64, ragged_rank=1, row_splits_dtype=tf.int64)])
+    def serve(ids):
+        rows = tf.nn.embedding_lookup(module.table, ids)
+        return {"out": tf.reduce_mean(rows, axis=1)}
+
+    src = _save(module, str(tmp_path / "src"), serve)
+    feed = generated_feed(src)
+    assert sorted(feed) == ["ids", "ids_1"]  # TF's flattened components
+    _assert_valid_splits(feed["ids_1"], feed["ids"], input_generation.DEFAULT_BATCH)
+    assert feed["ids"].min() >= 0 and feed["ids"].max() < ROWS
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
+                                  min_rows=1)
+    assert report.verified
+
+
+@pytest.mark.parametrize("partition", ["row_splits", "row_lengths"])
+def test_hand_written_values_and_row_partition(tmp_path, partition):
+    module = _table_module()
+
+    @tf.function(input_signature=[_spec([None], tf.int64, "tags_values"),
+                                  _spec([None], tf.int32, f"tags_{partition}")])
+    def serve(tags_values, partition_tensor):
+        make = (tf.RaggedTensor.from_row_splits if partition == "row_splits"
+                else tf.RaggedTensor.from_row_lengths)
+        ids = make(tags_values, tf.cast(partition_tensor, tf.int64))  # validated
+        return {"out": tf.nn.embedding_lookup_sparse(
+            module.table, ids.to_sparse(), None, combiner="sum")}
+
+    src = _save(module, str(tmp_path / "src"), serve)
+    feed = generated_feed(src)
+    part = feed[f"tags_{partition}"]
+    assert part.dtype == np.int32
+    splits = part if partition == "row_splits" else np.concatenate(
+        [[0], np.cumsum(part)])
+    _assert_valid_splits(splits, feed["tags_values"], input_generation.DEFAULT_BATCH)
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype="fp16",
+                                  min_rows=1)
+    assert report.verified
+
+
+def test_sparse_tensor_spec_argument(tmp_path):
+    module = _table_module()
+
+    @tf.function(input_signature=[
+        tf.SparseTensorSpec([None, None], tf.int64),
+        tf.SparseTensorSpec([None, None], tf.float32)])
+    def serve(ids, weights):
+        return {"out": tf.nn.safe_embedding_lookup_sparse(
+            module.table, ids, weights, combiner="mean")}
+
+    src = _save(module, str(tmp_path / "src"), serve)
+    feed = generated_feed(src)
+    assert len(feed) == 6
+    for indices, values, shape in (("ids", "ids_1", "ids_2"),
+                                   ("weights", "weights_1", "weights_2")):
+        cells = feed[indices]
+        assert cells.shape == (len(feed[values]), 2)
+        assert np.all(cells >= 0) and np.all(cells < feed[shape])
+        flat = np.ravel_multi_index(cells.T, feed[shape])
+        assert np.all(np.diff(flat) > 0)  # unique, row-major
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
+                                  min_rows=1)
+    assert report.verified
+
+
+def test_hashed_string_input_gets_words(tmp_path):
+    module = _table_module()
+
+    @tf.function(input_signature=[_spec([None], tf.string, "query")])
+    def serve(query):
+        rows = tf.strings.to_hash_bucket_fast(query, ROWS)
+        return {"out": tf.nn.embedding_lookup(module.table, rows)}
+
+    src = _save(module, str(tmp_path / "src"), serve)
+    assert generated_feed(src)["query"].dtype == object
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
+                                  min_rows=1)
+    assert report.verified

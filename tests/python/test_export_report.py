@@ -1,0 +1,115 @@
+"""The export report: per-table lookup counts match the nodes in the output
+graph, and tables a format would not shrink (int8 of dim 1, the "wide" /
+linear tables of wide-and-deep models) are left FP32 with a warning."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+
+from export_tools import ExportError, compress_saved_model
+
+ROWS, DIM = 60, 8
+
+
+@pytest.fixture(scope="module")
+def wide_and_deep(tmp_path_factory):
+    """`wide` [ROWS, 1] gathered per id and summed; `deep` [ROWS, DIM]
+    pooled by embedding_lookup_sparse and also gathered once."""
+    rng = np.random.default_rng(0)
+    module = tf.Module()
+    module.wide = tf.Variable(rng.standard_normal((ROWS, 1)).astype(np.float32),
+                              name="wide")
+    module.deep = tf.Variable(rng.standard_normal((ROWS, DIM)).astype(np.float32),
+                              name="deep")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.int64, name="ids")])
+    def serve(ids):
+        linear = tf.reduce_sum(tf.nn.embedding_lookup(module.wide, ids), axis=[1, 2])
+        pooled = tf.nn.embedding_lookup_sparse(
+            module.deep, tf.RaggedTensor.from_tensor(ids).to_sparse(), None,
+            combiner="mean")
+        first = tf.nn.embedding_lookup(module.deep, ids[:, 0])
+        return {"logit": linear, "deep": pooled + first}
+
+    module.serve = serve
+    path = str(tmp_path_factory.mktemp("m") / "src")
+    tf.saved_model.save(module, path, signatures={"serving_default": serve})
+    return path
+
+
+def output_ops(path):
+    """{op type: count} over the output SavedModel's graph and functions."""
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        saved.ParseFromString(f.read())
+    graph = saved.meta_graphs[0].graph_def
+    counts = {}
+    for node in list(graph.node) + [n for f in graph.library.function
+                                    for n in f.node_def]:
+        counts[node.op] = counts.get(node.op, 0) + 1
+    return counts
+
+
+def by_name(report):
+    return {t.name: t for t in report.tables}
+
+
+def test_int8_leaves_a_dim_1_table_fp32_with_a_warning(wide_and_deep, tmp_path):
+    report = compress_saved_model(wide_and_deep, str(tmp_path / "dst"),
+                                  dtype="int8", min_rows=1)
+    assert report.verified
+    assert list(by_name(report)) == ["deep"]
+    assert any("table 'wide' left FP32: int8 would store 5 bytes per row of "
+               "dim 1, FP32 stores 4" in w for w in report.warnings)
+
+
+def test_fp16_shrinks_a_dim_1_table_so_converts_it(wide_and_deep, tmp_path):
+    report = compress_saved_model(wide_and_deep, str(tmp_path / "dst"),
+                                  dtype="fp16", min_rows=1)
+    tables = by_name(report)
+    assert sorted(tables) == ["deep", "wide"]
+    assert tables["wide"].bytes_after == ROWS * 2 < tables["wide"].bytes_before
+    assert not report.warnings
+
+
+def test_naming_a_dim_1_table_converts_it_anyway(wide_and_deep, tmp_path):
+    report = compress_saved_model(wide_and_deep, str(tmp_path / "dst"),
+                                  dtype="int8", min_rows=1, tables="^wide$")
+    wide = by_name(report)["wide"]
+    assert wide.bytes_after == ROWS * 5 > wide.bytes_before
+
+
+def test_only_dim_1_tables_is_an_error_that_says_why(tmp_path):
+    module = tf.Module()
+    module.wide = tf.Variable(np.ones((ROWS, 1), np.float32), name="wide")
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="ids")])
+    def serve(ids):
+        return {"out": tf.nn.embedding_lookup(module.wide, ids)}
+
+    module.serve = serve
+    src = str(tmp_path / "src")
+    tf.saved_model.save(module, src, signatures={"serving_default": serve})
+    with pytest.raises(ExportError, match="found no table to compress.*"
+                                          "table 'wide' left FP32"):
+        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", min_rows=1)
+
+
+@pytest.mark.parametrize("ops", ["fused", "stock"])
+def test_lookup_counts_match_the_output_graph(wide_and_deep, tmp_path, ops):
+    dst = str(tmp_path / "dst")
+    report = compress_saved_model(wide_and_deep, dst, dtype="fp16", ops=ops,
+                                  min_rows=1)
+    tables = by_name(report)
+    graph_ops = output_ops(dst)
+    if ops == "fused":
+        assert (tables["deep"].pooled_lookups, tables["deep"].lookups) == (1, 1)
+        assert (tables["wide"].pooled_lookups, tables["wide"].lookups) == (0, 1)
+        assert graph_ops.get("FusedDecodeAxpy", 0) == 1
+        assert graph_ops.get("CompressedEmbeddingLookup", 0) == 2
+    else:
+        assert all(t.pooled_lookups == 0 for t in tables.values())
+        assert tables["wide"].lookups == 1 and tables["deep"].lookups >= 1
+        assert "FusedDecodeAxpy" not in graph_ops
