@@ -66,13 +66,39 @@ class Emitter:
             ed.add(name, "CompressedEmbeddingLookup",
                    [table.data_read, table.scales_read, ids], T=self.storage, Tidx=id_type)
             return
+        self._stock_decode(table, name, ids, id_type)
+
+    def replace_table_operand(self, table, pooled):
+        """Stock mode, TF's fast path `SparseSegment*(table, ids, segments)`
+        reading the FP32 table itself: it pools the decoded rows instead,
+        `SparseSegment*(decode(ids), range(size(ids)), segments)`, the same
+        sums in the same order."""
+        ed = self.editor
+        node = ed.nodes[pooled.root]
+        ids = node.input[1]
+        id_type = self._dtype(ids)
+        base = ed.unique_name(pooled.root + "/stock")
+        rows = self._stock_decode(table, base + "/rows", ids, id_type)
+        count = ed.add(base + "/count", "Size", [ids], T=id_type, out_type=id_type)
+        start = ed.add_const(base + "/start", 0, id_type)
+        step = ed.add_const(base + "/step", 1, id_type)
+        positions = ed.add(base + "/positions", "Range", [start, count, step],
+                           Tidx=id_type)
+        node.input[0] = rows
+        node.input[1] = positions
+
+    def _stock_decode(self, table, name, ids, id_type):
+        """Adds node `name`: float32 rows `ids` of the table, decoded by stock
+        ops (gather int8, cast, times the gathered scale; or gather fp16,
+        cast)."""
+        ed = self.editor
         axis = ed.add_const(name + "/decode/axis", 0, tf.int32)
         rows = ed.add(ed.unique_name(name + "/decode/rows"), "GatherV2",
                       [table.data_read, ids, axis], Tparams=self.storage,
                       Tindices=id_type, Taxis=tf.int32, batch_dims=0)
         if self.fmt == "fp16":
-            ed.add(name, "Cast", [rows], SrcT=tf.float16, DstT=tf.float32, Truncate=False)
-            return
+            return ed.add(name, "Cast", [rows], SrcT=tf.float16, DstT=tf.float32,
+                          Truncate=False)
         as_float = ed.add(ed.unique_name(name + "/decode/to_float"), "Cast", [rows],
                           SrcT=tf.int8, DstT=tf.float32, Truncate=False)
         scales = ed.add(ed.unique_name(name + "/decode/scales"), "GatherV2",
@@ -81,7 +107,7 @@ class Emitter:
         last = ed.add_const(name + "/decode/last_axis", -1, tf.int32)
         column = ed.add(ed.unique_name(name + "/decode/scale_column"), "ExpandDims",
                         [scales, last], T=tf.float32, Tdim=tf.int32)
-        ed.add(name, "Mul", [as_float, column], T=tf.float32)
+        return ed.add(name, "Mul", [as_float, column], T=tf.float32)
 
     def replace_shape_query(self, table, name):
         """`Shape(read)` / `VariableShape(T)` of the table: the same shape, asked

@@ -14,10 +14,11 @@ pickle).
 import argparse
 import json
 import os
-import re
 import sys
 
 import numpy as np
+
+from export_tools.errors import tf_error_message
 
 
 def save_feeds(path, feeds):
@@ -45,24 +46,6 @@ def load_feeds(path):
     return result
 
 
-# TF's "defined at" block: "Detected at node X defined at (most recent call
-# last):", then the Python stack that built the node, indented (or "<stack
-# traces unavailable>" in a loaded SavedModel).
-_NODE_STACK = re.compile(r"Detected at node .*? defined at \(most recent call "
-                         r"last\):\n(?:(?:[ \t].*|<stack traces unavailable>|)\n)*")
-
-
-def error_message(error):
-    """The actionable part of an exception from running a signature, on one
-    line: TF's own message without its "Graph execution error:" header and
-    the Python stack of the node that failed (the model's build code, not
-    the user's); the failing node is kept."""
-    text = getattr(error, "message", None) or str(error)
-    text = _NODE_STACK.sub("", text)
-    text = text.replace("Graph execution error:", "")
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
@@ -83,7 +66,7 @@ def main(argv=None):
             out = model.signatures[sig](**{k: tf.constant(v) for k, v in feed.items()})
             results[sig] = {k: v.numpy() for k, v in out.items()}
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
-        print(f"{where}: {type(e).__name__}: {error_message(e)}", file=sys.stderr)
+        print(f"{where}: {type(e).__name__}: {tf_error_message(e)}", file=sys.stderr)
         return 1
     save_feeds(args.outputs, results)
     return 0

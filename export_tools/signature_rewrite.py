@@ -6,6 +6,7 @@ use of every rank-2 float variable. `rewrite` then replaces the lookups of the
 chosen tables, redirects control edges from the FP32 reads to the new ones,
 prunes, and checks that nothing still reads a converted table.
 """
+import contextlib
 import dataclasses
 
 import tensorflow as tf
@@ -15,8 +16,10 @@ from export_tools.errors import ExportError
 from export_tools.graph_edit import GraphEditor, infer_shapes, node_name
 from export_tools.lookup_emit import Emitter
 from export_tools.lookup_patterns import find_uses, match_pooled
+from export_tools.source import Capture
 
 _REF_VARIABLE_OPS = ("VariableV2", "Variable")
+_GRAPH_TABLE_OPS = ("HashTableV2", "HashTable")
 
 
 @dataclasses.dataclass
@@ -75,15 +78,56 @@ def _lift_ref_variables(editor, source):
     return lifted
 
 
+@contextlib.contextmanager
+def _dangling_collections_hidden(function):
+    """Empties, for the duration, the graph collections that name nodes the
+    function's graph does not hold. A TF1 signature is a pruned graph that
+    keeps the source's collections, and Grappler refuses a graph whose
+    `table_initializer` names an init op pruned away ("Init node ... doesn't
+    exist in graph"); the tables themselves are lifted by _lift_graph_tables."""
+    graph = function.graph
+    present = {n.name for n in graph.as_graph_def().node}
+    hidden = {}
+    for key in graph.get_all_collection_keys():
+        items = graph.get_collection_ref(key)
+        names = [getattr(getattr(i, "op", i), "name", None) for i in items]
+        if any(n is not None and n not in present for n in names):
+            hidden[key] = list(items)
+            del items[:]
+    try:
+        yield
+    finally:
+        for key, items in hidden.items():
+            graph.get_collection_ref(key).extend(items)
+
+
+def _lift_graph_tables(editor, source):
+    """`HashTableV2 X` in the graph (a TF1 table) becomes a placeholder X
+    bound to a table the output owns, filled with the loaded table's
+    contents (see SourceModel.graph_table)."""
+    lifted = {}
+    for node in list(editor.graph_def.node):
+        if node.op not in _GRAPH_TABLE_OPS:
+            continue
+        table = source.graph_table(node.name, node.attr["key_dtype"].type,
+                                   node.attr["value_dtype"].type)
+        editor.remove(node.name)
+        editor.add(node.name, "Placeholder", [], dtype=tf.resource)
+        lifted[node.name] = Capture(node.name, table.resource_handle, owner=table)
+    return lifted
+
+
 def analyze(source, key, function):
     """Inlines signature `key` and classifies the uses of its variables."""
     try:
-        graph_def = _inline(function)
+        with _dangling_collections_hidden(function):
+            graph_def = _inline(function)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"signature {key!r}: TensorFlow could not inline it: "
                           f"{str(e).splitlines()[0]}")
     editor = GraphEditor(graph_def)
     captures = {c.placeholder: c for c in source.captures(key, function)}
+    captures.update(_lift_graph_tables(editor, source))
     locations = {p: c.location for p, c in captures.items() if c.location is not None}
     locations.update(_lift_ref_variables(editor, source))
     specs = infer_shapes(editor.graph_def)
@@ -112,9 +156,12 @@ def rewrite(analysis, chosen, fmt, ops):
         bindings[table.data_placeholder] = ("table", uid, "data")
         if table.scales_placeholder:
             bindings[table.scales_placeholder] = ("table", uid, "scales")
-        if ops == "fused":
-            for pooled in uses.pooled:
+        for pooled in uses.pooled:
+            if ops == "fused":
                 emitter.replace_pooled(table, pooled)
+            elif node_name(editor.through_identity(
+                    editor.nodes[pooled.root].input[0])) in uses.reads:
+                emitter.replace_table_operand(table, pooled)
         for gather in uses.gathers:
             emitter.replace_gather(table, gather)
         for name in uses.shape_queries:

@@ -13,7 +13,7 @@ from tensorflow.core.framework import variable_pb2
 from tensorflow.core.protobuf import saved_model_pb2, trackable_object_graph_pb2
 
 from export_tools.checkpoint_io import CheckpointReader, VariableLocation
-from export_tools.errors import ExportError
+from export_tools.errors import ExportError, tf_error_message
 
 SERVE_TAG = "serve"
 _TF1_VARIABLE_COLLECTIONS = ("variables", "local_variables", "model_variables",
@@ -30,8 +30,8 @@ class Capture:
 
 
 def _first_line(error):
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
+    """TF's message of `error` on one line (see tf_error_message)."""
+    return tf_error_message(error) or type(error).__name__
 
 
 class SourceModel:
@@ -74,6 +74,29 @@ class SourceModel:
         except Exception as e:  # noqa: BLE001 - TF raises many types here
             raise ExportError(f"TensorFlow cannot load {path}: {_first_line(e)}")
         self._trackables = None
+        self._graph_tables = {}
+
+    def graph_table(self, op_name, key_dtype, value_dtype):
+        """A `StaticHashTable` holding what TF1 in-graph table `op_name`
+        (a `HashTableV2` node, filled by the model's table initializer when
+        TF loaded it) holds. The output model owns it, so its contents are
+        restored at load by TF2's resource initialization instead of the
+        TF1 `table_initializer` collection, which the rewritten signatures
+        no longer run. One per node, whichever signatures use it."""
+        if op_name not in self._graph_tables:
+            try:
+                handle = self.loaded.prune(feeds=[], fetches=[op_name + ":0"])()[0]
+                keys, values = tf.raw_ops.LookupTableExportV2(
+                    table_handle=handle, Tkeys=key_dtype, Tvalues=value_dtype)
+            except Exception as e:  # noqa: BLE001 - TF raises many types here
+                raise ExportError(
+                    f"lookup table {op_name!r}: its contents cannot be read from "
+                    f"the loaded model ({_first_line(e)}); the model's table "
+                    f"initializer did not run or the table is not a hash table")
+            self._graph_tables[op_name] = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(keys, values),
+                default_value=tf.zeros([], value_dtype))
+        return self._graph_tables[op_name]
 
     def _read_tf1_variable_defs(self):
         found = {}

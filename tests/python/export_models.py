@@ -294,15 +294,17 @@ def _np_initializer(table):
     return init
 
 
-def _save_tf1(sess, export_dir, inputs, outputs):
+def _save_tf1(sess, export_dir, inputs, outputs, main_op=None):
     """Saves the session's graph with tag 'serve' and one predict
-    signature 'serving_default'."""
+    signature 'serving_default' (`main_op`, e.g. the tables' initializer,
+    runs at load)."""
     builder = v1.saved_model.Builder(export_dir)
     builder.add_meta_graph_and_variables(
         sess, [tf.saved_model.SERVING], signature_def_map={
             "serving_default": v1.saved_model.predict_signature_def(
                 inputs, outputs)},
-        strip_default_attrs=True)
+        strip_default_attrs=True, main_op=main_op,
+        assets_collection=v1.get_collection(v1.GraphKeys.ASSET_FILEPATHS))
     builder.save()
 
 
@@ -399,6 +401,75 @@ def build_tf1_resource_plain(export_dir, rows=50, dim=8, seed=0):
         export_dir, {"emb": (rows, dim), "query": (queries, dim)},
         {"serving_default": {"bag_ids": _bags(rng, rows), "query_ids": q,
                              "query_weights": _weights(rng, q)}})
+
+
+def _build_tf1_feature_columns(export_dir, rows, dim, seed, use_resource):
+    """An estimator-era TF1 graph: `input_layer` over embedding columns of
+    a vocabulary-list column ('country', strings, mean), a vocabulary-file
+    column ('tags', an asset; "" pads the bags, sqrtn), a hashed column
+    ('query', sum) and a weighted identity column ('item' with
+    'item_weight', sum); the tables' initializer runs as the main op."""
+    rng = np.random.default_rng(seed)
+    fc = v1.feature_column
+    countries = [f"country_{i}" for i in range(rows)]
+    tags = [f"tag_{i}" for i in range(rows + 3)]
+    graph = tf.Graph()
+    with graph.as_default(), tempfile.TemporaryDirectory() as tmp:
+        vocab_file = os.path.join(tmp, "tags.txt")
+        with open(vocab_file, "w") as f:
+            f.write("".join(t + "\n" for t in tags))
+        feeds = {
+            "country": v1.placeholder(tf.string, [None], name="country"),
+            "tags": v1.placeholder(tf.string, [None, BAG], name="tags"),
+            "query": v1.placeholder(tf.string, [None], name="query"),
+            "item": v1.placeholder(tf.int64, [None, BAG], name="item"),
+            "item_weight": v1.placeholder(tf.float32, [None, BAG],
+                                          name="item_weight")}
+        columns = [
+            fc.embedding_column(fc.categorical_column_with_vocabulary_list(
+                "country", countries), dim, combiner="mean"),
+            fc.embedding_column(fc.categorical_column_with_vocabulary_file(
+                "tags", vocab_file, vocabulary_size=len(tags)), dim,
+                combiner="sqrtn"),
+            fc.embedding_column(fc.categorical_column_with_hash_bucket(
+                "query", rows), dim, combiner="sum"),
+            fc.embedding_column(fc.weighted_categorical_column(
+                fc.categorical_column_with_identity("item", rows),
+                "item_weight"), dim, combiner="sum")]
+        with v1.variable_scope("model", use_resource=use_resource):
+            features = fc.input_layer(feeds, columns)
+        logit = tf.reduce_sum(features, axis=1)
+        with v1.Session(graph=graph) as sess:
+            sess.run([v1.global_variables_initializer(), v1.tables_initializer()])
+            for variable in v1.global_variables():
+                sess.run(variable.assign(_table(rng, *variable.shape.as_list())))
+            _save_tf1(sess, export_dir, feeds,
+                      {"features": features, "logit": logit},
+                      main_op=v1.tables_initializer())
+    names = {"country": rows, "tags": len(tags), "query": rows,
+             "item_weighted_by_item_weight": rows}
+    tables = {f"model/input_layer/{c}_embedding/embedding_weights": (n, dim)
+              for c, n in names.items()}
+    tag_bags = np.array([[tags[i] for i in rng.integers(0, len(tags), BAG)]
+                         for _ in range(BATCH)])
+    tag_bags[1, 2:] = ""   # a shorter bag
+    tag_bags[2, 0] = "tag_unknown"  # out of vocabulary: dropped
+    item = _bags(rng, rows)
+    return BuiltModel(export_dir, tables, {"serving_default": {
+        "country": np.array([countries[i] for i in rng.integers(0, rows, BATCH)]),
+        "tags": tag_bags,
+        "query": np.array([f"q{i}" for i in range(BATCH)]),
+        "item": item, "item_weight": _weights(rng, item)}})
+
+
+def build_tf1_feature_columns_ref(export_dir, rows=50, dim=8, seed=0):
+    """TF1 feature columns over ref variables (VariableV2)."""
+    return _build_tf1_feature_columns(export_dir, rows, dim, seed, False)
+
+
+def build_tf1_feature_columns_resource(export_dir, rows=50, dim=8, seed=0):
+    """TF1 feature columns over resource variables."""
+    return _build_tf1_feature_columns(export_dir, rows, dim, seed, True)
 
 
 # ---------------------------------------------------------------- refusals --
@@ -547,6 +618,8 @@ BUILDERS = {
     "tf1_ref_partitioned_mod": build_tf1_ref_partitioned_mod,
     "tf1_resource_partitioned_div": build_tf1_resource_partitioned_div,
     "tf1_resource_plain": build_tf1_resource_plain,
+    "tf1_feature_columns_ref": build_tf1_feature_columns_ref,
+    "tf1_feature_columns_resource": build_tf1_feature_columns_resource,
     "refuse_nan": build_refuse_nan,
     "refuse_fp16_overflow": build_refuse_fp16_overflow,
     "refuse_while": build_refuse_while,

@@ -69,7 +69,7 @@ def run_models(workdir, tag, models, feeds, load_ops):
     jobs = []
     for i, model in enumerate(models):
         jobs.append({"model": model, "out": os.path.join(workdir, f"{tag}_{i}.npz"),
-                     "feeds": {s: {k: {"value": v.tolist(), "dtype": v.dtype.name}
+                     "feeds": {s: {k: {"value": v.tolist(), "dtype": v.dtype.str}
                                    for k, v in f.items()} for s, f in feeds.items()}})
     job_file = os.path.join(workdir, f"{tag}.json")
     json.dump(jobs, open(job_file, "w"))
@@ -238,10 +238,12 @@ def test_checkpoint_holds_compressed_tables_only(exported, kind, variant):
 # Pooled lookups per kind: module_lookups has sum/mean/sqrtn unweighted and
 # weighted, a dense mean and sum and a safe_embedding_lookup_sparse; the Keras
 # models a masked GlobalAveragePooling1D (per signature) and a dense sum;
-# tf1_resource_plain an unweighted sum and a safe lookup. (TF1 partitioned
-# tables are pooled by stock ops over per-partition lookups.)
+# tf1_resource_plain an unweighted sum and a safe lookup; the TF1 feature
+# columns one per embedding column. (TF1 partitioned tables are pooled by
+# stock ops over per-partition lookups.)
 FUSED_POOLING = {"module_lookups": 9, "keras_export": 2, "keras_saved_model_save": 2,
-                 "tf1_resource_plain": 2}
+                 "tf1_resource_plain": 2, "tf1_feature_columns_ref": 4,
+                 "tf1_feature_columns_resource": 4}
 
 
 @pytest.mark.parametrize("kind", sorted(FUSED_POOLING))

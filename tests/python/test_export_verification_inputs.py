@@ -293,7 +293,7 @@ def test_a_failing_run_is_quoted_with_its_message(tmp_path):
 
 
 def test_error_message_drops_the_build_stack_and_keeps_the_node():
-    from export_tools.run_signatures import error_message
+    from export_tools.errors import tf_error_message
 
     class FakeOpError(Exception):
         message = ("Graph execution error:\n\nDetected at node lookup/Assert "
@@ -301,7 +301,7 @@ def test_error_message_drops_the_build_stack_and_keeps_the_node():
                    "line 3, in serve\n    rows = lookup(ids)\n\nindices[2] = 70 "
                    "is not in [0, 60)\n\t [[{{node lookup/Assert}}]]")
 
-    assert error_message(FakeOpError()) == (
+    assert tf_error_message(FakeOpError()) == (
         "indices[2] = 70 is not in [0, 60) [[{{node lookup/Assert}}]]")
 
 
