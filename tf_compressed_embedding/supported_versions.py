@@ -43,11 +43,17 @@ def _name(release):
     return ".".join(map(str, release))
 
 
+def _older_than(version, bound):
+    """Whether ``version`` is older than release ``bound``; an unparsable
+    version counts as older."""
+    release = _release(version)
+    return release is None or release < bound
+
+
 def tf_too_old(version):
     """The message refusing TensorFlow ``version``, or None if it is new
     enough."""
-    release = _release(version)
-    if release is not None and release >= TF_OLDEST:
+    if not _older_than(version, TF_OLDEST):
         return None
     return (f"TensorFlow {version} is not supported: tf_compressed_embedding "
             f"supports TensorFlow {_name(TF_OLDEST)} to {_name(TF_NEWEST)}; "
@@ -68,8 +74,7 @@ def tf_untested(version):
 
 def keras_too_old(version):
     """The warning for a Keras older than ``KERAS_OLDEST``, or None."""
-    release = _release(version)
-    if release is not None and release >= KERAS_OLDEST:
+    if not _older_than(version, KERAS_OLDEST):
         return None
     return (f"Keras {version} is older than {_name(KERAS_OLDEST)}, the oldest "
             f"the CompressedEmbedding layer is tested with (its quantization "
