@@ -15,6 +15,11 @@ signature as the graph shows it, not just for its dtypes.
   hand-written form of the same. Row splits start at 0, never decrease and
   end at the values' length (with an empty row); sparse indices are in
   bounds, unique and in row-major order.
+- A string input parsed by `ParseExampleV2` (`tf.io.parse_example`, the
+  estimator-era `inputs` signature of serialized `tf.Example`s) gets
+  serialized Examples holding every feature the parse asks for, each
+  feature's values chosen as above from the lookups its parsed tensor
+  feeds (vocabulary keys, ids in range).
 - Other float inputs get values in [0, 1), bools 0/1, other strings words
   no table holds.
 """
@@ -25,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from export_tools.errors import ExportError
-from export_tools.graph_edit import node_name
+from export_tools.graph_edit import node_name, output_index
 
 DEFAULT_BATCH = 4
 DEFAULT_UNKNOWN_DIM = 3
@@ -33,6 +38,7 @@ MAX_BAG = 3               # ragged rows and sparse rows hold 0..MAX_BAG values
 UNKNOWN_KEY = "tfce-verify-unknown-key"
 _CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
 _FIND_OPS = ("LookupTableFindV2", "LookupTableFind")
+_PARSE_OPS = ("ParseExampleV2",)
 _NAMED_PART = re.compile(r"^(?P<prefix>.*?)(?P<sep>[_./-]?)(?P<part>row_splits|row_lengths)$")
 
 
@@ -134,13 +140,20 @@ def generate_inputs(analysis, bounds, keys, composites, seed=0):
             feed.update(_sparse(rng, composite, specs, values, cells))
         else:
             feed.update(_ragged(composite, specs, values, lengths))
+    serialized = _serialized_inputs(analysis)
     for name in analysis.input_names:
         if name in feed:
             continue
         dims = specs[name].shape.as_list() if specs[name].shape.rank is not None \
             else [DEFAULT_BATCH]
         leading = dims[0] if dims and dims[0] is not None else DEFAULT_BATCH
-        if not dims:  # a scalar input
+        if name in serialized and specs[name].dtype == tf.string:
+            shape = [1] if not dims else [leading] + [
+                d or 1 for d in dims[1:]]
+            feed[name] = _examples(rng, int(np.prod(shape)), serialized[name],
+                                   bounds, keys, analysis.key, name
+                                   ).reshape(shape if dims else ())
+        elif not dims:  # a scalar input
             feed[name] = values(name, 1).reshape(())
         else:
             feed[name] = values(name, leading)
@@ -155,18 +168,109 @@ def _inputs_by_placeholder(analysis):
 
 
 def _ancestor_inputs(editor, tensors, by_placeholder):
-    """The signature inputs among the ancestors of `tensors`."""
-    found, seen, stack = [], set(), [node_name(t) for t in tensors]
+    """The sources among the ancestors of `tensors`: signature input names,
+    and `(parse node, feature key)` for a tensor parsed out of serialized
+    Examples (the walk stops there: the serialized input is not the ids)."""
+    found, seen, stack = [], set(), [t for t in tensors if not t.startswith("^")]
     while stack:
-        name = stack.pop()
-        if name in seen or name not in editor.nodes:
+        tensor = stack.pop()
+        name = node_name(tensor)
+        if tensor in seen or name not in editor.nodes:
             continue
-        seen.add(name)
+        seen.add(tensor)
+        node = editor.nodes[name]
         if name in by_placeholder:
             found.append(by_placeholder[name])
-        stack.extend(node_name(i) for i in editor.nodes[name].input
-                     if not i.startswith("^"))
+        elif node.op in _PARSE_OPS:
+            feature = _parsed_features(editor, node).get(output_index(tensor))
+            if feature is not None:
+                found.append((name, feature.key))
+            continue
+        stack.extend(i for i in node.input if not i.startswith("^"))
     return found
+
+
+@dataclasses.dataclass
+class ParsedFeature:
+    """One feature a ParseExampleV2 node reads from each Example."""
+    key: str
+    kind: str             # "sparse" (VarLen), "dense" (FixedLen) or "ragged"
+    dtype: tf.DType
+    count: int = 0        # values per Example, for dense features
+
+
+def _parsed_features(editor, node):
+    """{output index: ParsedFeature} of a ParseExampleV2 node; its outputs
+    are sparse indices, values, shapes (num_sparse each), dense values,
+    ragged values, ragged splits."""
+    def keys(index):
+        value = editor.const_value(node.input[index])
+        return [] if value is None else [k.decode() for k in value.reshape(-1)]
+
+    sparse, dense, ragged = keys(2), keys(3), keys(4)
+    sparse_types = list(node.attr["sparse_types"].list.type)
+    dense_types = list(node.attr["Tdense"].list.type)
+    ragged_types = list(node.attr["ragged_value_types"].list.type)
+    shapes = [[max(1, d.size) for d in shape.dim]
+              for shape in node.attr["dense_shapes"].list.shape]
+    n_sparse = len(sparse)
+    features = {}
+    for i, key in enumerate(sparse):
+        feature = ParsedFeature(key, "sparse", tf.as_dtype(sparse_types[i]))
+        for block in range(3):  # indices, values, shapes all come from `key`
+            features[block * n_sparse + i] = feature
+    first_dense = 3 * n_sparse
+    for j, key in enumerate(dense):
+        features[first_dense + j] = ParsedFeature(
+            key, "dense", tf.as_dtype(dense_types[j]),
+            int(np.prod(shapes[j])) if j < len(shapes) else 1)
+    first_ragged = first_dense + len(dense)
+    for r, key in enumerate(ragged):
+        feature = ParsedFeature(key, "ragged", tf.as_dtype(ragged_types[r]))
+        features[first_ragged + r] = feature
+        features[first_ragged + len(ragged) + r] = feature
+    return features
+
+
+def _serialized_inputs(analysis):
+    """{input name: [(parse node name, {output: ParsedFeature})]} for the
+    string inputs that ParseExampleV2 nodes parse."""
+    editor = analysis.editor
+    by_placeholder = _inputs_by_placeholder(analysis)
+    parsed = {}
+    for node in editor.graph_def.node:
+        if node.op not in _PARSE_OPS:
+            continue
+        for name in _ancestor_inputs(editor, [node.input[0]], by_placeholder):
+            if isinstance(name, str):
+                parsed.setdefault(name, []).append(
+                    (node.name, _parsed_features(editor, node)))
+    return parsed
+
+
+def _examples(rng, count, parses, bounds, keys, signature, name):
+    """`count` serialized tf.Examples carrying every feature of `parses`."""
+    features = {}
+    for node, by_output in parses:
+        for feature in by_output.values():
+            features.setdefault(feature.key, (node, feature))
+    lengths = {k: _lengths(rng, count) for k in features}
+    examples = []
+    for b in range(count):
+        example = tf.train.Example()
+        for key, (node, feature) in sorted(features.items()):
+            n = feature.count if feature.kind == "dense" else int(lengths[key][b])
+            values = _values(rng, feature.dtype, [n], bounds.get((node, key)),
+                             keys.get((node, key)), signature, f"{name}[{key!r}]")
+            target = example.features.feature[key]
+            if feature.dtype == tf.string:
+                target.bytes_list.value.extend(values.tolist())
+            elif feature.dtype.is_integer:
+                target.int64_list.value.extend(int(v) for v in values)
+            else:
+                target.float_list.value.extend(float(v) for v in values)
+        examples.append(example.SerializeToString())
+    return np.array(examples, dtype=object)
 
 
 def _is_index_vector(spec):

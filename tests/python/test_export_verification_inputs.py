@@ -428,3 +428,43 @@ def test_hashed_string_input_gets_words(tmp_path):
     report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
                                   min_rows=1)
     assert report.verified
+
+
+def test_serialized_examples_for_a_parse_example_signature(tmp_path):
+    """The estimator-era signature: one string input of serialized
+    tf.Examples, parsed by ParseExampleV2 into feature columns."""
+    v1 = tf.compat.v1
+    fc = v1.feature_column
+    columns = [
+        fc.embedding_column(fc.categorical_column_with_vocabulary_list(
+            "country", VOCAB), DIM),
+        fc.embedding_column(fc.categorical_column_with_identity("item", ROWS),
+                            DIM, combiner="sum"),
+        fc.numeric_column("age", shape=(2,))]
+    spec = fc.make_parse_example_spec(columns)
+    src = str(tmp_path / "src")
+    graph = tf.Graph()
+    with graph.as_default():
+        serialized = v1.placeholder(tf.string, [None], name="examples")
+        features = fc.input_layer(v1.parse_example(serialized, spec), columns)
+        with v1.Session(graph=graph) as sess:
+            sess.run([v1.global_variables_initializer(), v1.tables_initializer()])
+            builder = v1.saved_model.Builder(src)
+            builder.add_meta_graph_and_variables(
+                sess, ["serve"], main_op=v1.tables_initializer(),
+                signature_def_map={"serving_default": v1.saved_model.predict_signature_def(
+                    {"inputs": serialized}, {"features": features})})
+            builder.save()
+
+    feed = generated_feed(src)
+    parsed = tf.io.parse_example(feed["inputs"], spec)  # TF's own parser
+    countries = [c.decode() for c in parsed["country"].values.numpy()]
+    assert set(countries) <= set(VOCAB) | {input_generation.UNKNOWN_KEY}
+    assert set(countries) & set(VOCAB)
+    items = parsed["item"].values.numpy()
+    assert items.size and items.min() >= 0 and items.max() < ROWS
+    assert parsed["age"].shape == (input_generation.DEFAULT_BATCH, 2)
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
+                                  min_rows=1)
+    assert report.verified
+    assert sorted(t.pooled_lookups for t in report.tables) == [1, 1]
