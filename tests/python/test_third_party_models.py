@@ -1,0 +1,111 @@
+"""Models built by the recommender libraries people train with (TFRS,
+DeepCTR, keras-rs, tf-keras feature columns, plain Keras 3), exported with
+default options int8 with fused ops and fp16 with stock ops, and verified
+by the tool against the source in fresh processes. EXPECTED is the README's
+compatibility table: which tables convert, and how many lookups end up
+fused-pooled (FusedDecodeAxpy) or row lookups.
+
+Each model is built by tests/python/third_party_models.py in a process of
+its own (Keras 2 libraries need TF_USE_LEGACY_KERAS before TF is imported).
+The libraries are test-only (tools/setup.sh installs them with --no-deps).
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from export_tools import ExportError, compress_saved_model
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# kind -> {table: (row lookups, pooled lookups)} of the int8 fused export
+# with default options (tables of 1000+ rows); dim-1 tables (DeepCTR's
+# linear part) stay FP32 in int8, with a warning.
+E = "/embeddings"
+EXPECTED = {
+    "tfrs_dcn_ranking": {"dcn_ranking/user_embedding" + E: (1, 0),
+                         "dcn_ranking/movie_embedding" + E: (1, 0)},
+    "tfrs_two_tower_retrieval": {"user_embedding" + E: (1, 0)},
+    "deepctr_deepfm": {"sparse_emb_user_id" + E: (1, 0), "sparse_emb_item_id" + E: (1, 0),
+                       "sparse_emb_category" + E: (1, 0),
+                       "sparse_seq_emb_genres" + E: (1, 0)},
+    "deepctr_dcn": {"sparse_emb_user_id" + E: (1, 0), "sparse_emb_item_id" + E: (1, 0),
+                    "sparse_emb_category" + E: (1, 0),
+                    "sparse_seq_emb_genres" + E: (1, 0)},
+    "deepctr_din": {"sparse_seq_emb_hist_item_id" + E: (3, 0),
+                    "sparse_seq_emb_hist_cate_id" + E: (3, 0),
+                    "sparse_emb_user" + E: (1, 0)},  # gender: 2 rows, under --min-rows
+    # one lookup per signature ('serve' and 'serving_default')
+    "keras_rs_dlrm": {"user_id_embedding" + E: (2, 0), "item_id_embedding" + E: (2, 0),
+                      "ad_id_embedding" + E: (2, 0)},
+    "tf2_dense_features": {"clicked_query_shared_embedding": (0, 2),
+                           "features/country_embedding/embedding_weights": (0, 1)},
+}
+# Refused by default, and what the refusal says to do.
+REFUSED = {"keras3_string_lookup": ("is also read by Transpose", "item_table")}
+
+
+def build(kind, path):
+    done = subprocess.run(
+        [sys.executable, os.path.join(HERE, "third_party_models.py"), kind, path],
+        capture_output=True, text=True, timeout=900, check=False)
+    if done.returncode != 0 and "No module named" in done.stderr:
+        pytest.fail(f"{kind}: a test-only library is missing (tools/setup.sh "
+                    f"installs them): {done.stderr.strip().splitlines()[-1]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])["tables"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cache = {}
+
+    def get(kind):
+        if kind not in cache:
+            path = str(tmp_path_factory.mktemp(kind) / "src")
+            cache[kind] = (path, build(kind, path))
+        return cache[kind]
+    return get
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+def test_int8_fused_export_verifies(built, kind, tmp_path):
+    src, tables = built(kind)
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8")
+    assert report.verified
+    got = {t.name: (t.lookups, t.pooled_lookups) for t in report.tables}
+    assert got == EXPECTED[kind]
+    # every table the library built is converted, or dim 1 and named in a warning
+    for name, (rows, dim) in tables.items():
+        if dim == 1:
+            assert any(f"table {name!r} left FP32" in w for w in report.warnings)
+        elif rows >= 1000:
+            assert name in got, (name, sorted(got))
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+def test_fp16_stock_export_verifies(built, kind, tmp_path):
+    src, tables = built(kind)
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype="fp16",
+                                  ops="stock")
+    assert report.verified
+    assert all(t.pooled_lookups == 0 for t in report.tables)
+    converted = {t.name for t in report.tables}
+    assert set(EXPECTED[kind]) <= converted
+    # fp16 shrinks dim-1 tables too (DeepCTR's linear part)
+    assert {n for n, (rows, dim) in tables.items() if dim == 1 and rows >= 1000} \
+        <= converted
+
+
+@pytest.mark.parametrize("kind", sorted(REFUSED))
+def test_refused_with_what_to_do(built, kind, tmp_path):
+    src, _ = built(kind)
+    reason, keep = REFUSED[kind]
+    with pytest.raises(ExportError, match=f"{reason}.*--keep"):
+        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8")
+    assert not os.path.exists(tmp_path / "dst")
+    report = compress_saved_model(src, str(tmp_path / "kept"), dtype="int8",
+                                  keep=keep)  # what the message says
+    assert report.verified and report.tables
