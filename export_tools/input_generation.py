@@ -58,8 +58,10 @@ class SparseInput:
 
 
 def id_bounds(analysis, tables):
-    """{input name: rows} for signature inputs feeding the ids of `tables`
-    (placeholder -> rows), found by walking the lookups' id tensors upwards."""
+    """{source: rows} for the sources feeding the ids of `tables`
+    (placeholder -> rows), found by walking the lookups' id tensors upwards;
+    a source is an input name or a parsed Example feature (see
+    _ancestor_inputs)."""
     by_placeholder = _inputs_by_placeholder(analysis)
     bounds = {}
     for placeholder, rows in tables.items():
@@ -72,8 +74,9 @@ def id_bounds(analysis, tables):
 
 
 def table_keys(analysis):
-    """{input name: np.ndarray of keys} for inputs feeding the keys of a
-    lookup table captured by the signature, read from the loaded table."""
+    """{source: np.ndarray of keys} for the sources (as in id_bounds)
+    feeding the keys of a lookup table captured by the signature, read from
+    the loaded table."""
     editor = analysis.editor
     by_placeholder = _inputs_by_placeholder(analysis)
     keys = {}
