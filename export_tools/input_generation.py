@@ -80,9 +80,7 @@ def table_keys(analysis):
     editor = analysis.editor
     by_placeholder = _inputs_by_placeholder(analysis)
     keys = {}
-    for node in editor.graph_def.node:
-        if node.op not in _FIND_OPS:
-            continue
+    for node in _nodes(editor, _FIND_OPS):
         handle = node_name(editor.through_identity(node.input[0]))
         capture = analysis.captures.get(handle)
         if capture is None or capture.external.dtype != tf.resource:
@@ -165,6 +163,10 @@ def generate_inputs(analysis, bounds, keys, composites, seed=0):
 
 # -------------------------------------------------------------- details --
 
+def _nodes(editor, ops):
+    return (n for n in editor.graph_def.node if n.op in ops)
+
+
 def _inputs_by_placeholder(analysis):
     return dict(zip((node_name(t) for t in analysis.input_tensors),
                     analysis.input_names))
@@ -241,9 +243,7 @@ def _serialized_inputs(analysis):
     editor = analysis.editor
     by_placeholder = _inputs_by_placeholder(analysis)
     parsed = {}
-    for node in editor.graph_def.node:
-        if node.op not in _PARSE_OPS:
-            continue
+    for node in _nodes(editor, _PARSE_OPS):
         for name in _ancestor_inputs(editor, [node.input[0]], by_placeholder):
             if isinstance(name, str):
                 parsed.setdefault(name, []).append(
