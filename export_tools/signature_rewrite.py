@@ -12,14 +12,14 @@ import dataclasses
 import tensorflow as tf
 from tensorflow.python.framework import convert_to_constants
 
-from export_tools.errors import ExportError
+from export_tools.errors import ExportError, tf_error_message
 from export_tools.graph_edit import GraphEditor, infer_shapes, node_name
 from export_tools.lookup_emit import Emitter
 from export_tools.lookup_patterns import find_uses, match_pooled
 from export_tools.source import Capture
 
 _REF_VARIABLE_OPS = ("VariableV2", "Variable")
-_GRAPH_TABLE_OPS = ("HashTableV2", "HashTable")
+_GRAPH_TABLE_OPS = ("HashTableV2",)
 
 
 @dataclasses.dataclass
@@ -124,7 +124,7 @@ def analyze(source, key, function):
             graph_def = _inline(function)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"signature {key!r}: TensorFlow could not inline it: "
-                          f"{str(e).splitlines()[0]}")
+                          f"{tf_error_message(e)}")
     editor = GraphEditor(graph_def)
     captures = {c.placeholder: c for c in source.captures(key, function)}
     captures.update(_lift_graph_tables(editor, source))
