@@ -110,6 +110,11 @@ class VariableLocation:
     dtype: tf.DType
 
     @property
+    def uid(self):
+        """Names the stored block: a partition and its whole variable differ."""
+        return (self.key, self.offset, self.shape)
+
+    @property
     def is_partition(self):
         return self.shape != self.full_shape
 

@@ -102,7 +102,7 @@ def choose_tables(analyses, tables, keep, min_rows, dtype, progress, warn):
     for analysis in analyses:
         for placeholder, uses in analysis.uses.items():
             loc = analysis.locations[placeholder]
-            uid = (loc.key, loc.offset)
+            uid = loc.uid
             lookups = len(uses.gathers) + len(uses.pooled)
             bad_lookup = _describe(uses)
             looks_like_table = lookups or bad_lookup or uses.control_flow
@@ -259,7 +259,7 @@ def _write(source, analyses, chosen, dtype, ops, chunk_rows, out, progress, resu
         if kind == "table":
             return getattr(compressed[target], binding[2])
         if kind == "variable":
-            uid = (target.key, target.offset)
+            uid = target.uid
             if uid not in kept:
                 kept[uid] = _kept_variable(source, target, len(kept), streams, full_shapes)
                 module.kept_variables.append(kept[uid])

@@ -1,7 +1,8 @@
 """Inlining one signature function and rewriting its table lookups.
 
 `analyze` inlines the signature (Grappler's function inliner, as TF-TRT and
-tf2onnx do), lifts TF1 ref variables to resource reads, and classifies every
+tf2onnx do), lifts TF1 ref variables to resource reads, turns lookups of
+whole partitioned variables into lookups of one table, and classifies every
 use of every rank-2 float variable. `rewrite` then replaces the lookups of the
 chosen tables, redirects control edges from the FP32 reads to the new ones,
 prunes, and checks that nothing still reads a converted table.
@@ -16,6 +17,7 @@ from export_tools.errors import ExportError, tf_error_message
 from export_tools.graph_edit import GraphEditor, infer_shapes, node_name
 from export_tools.lookup_emit import Emitter
 from export_tools.lookup_patterns import find_uses, match_pooled
+from export_tools.partitioned_lookups import merge_partitioned_lookups
 from export_tools.source import Capture
 
 _REF_VARIABLE_OPS = ("VariableV2", "Variable")
@@ -130,6 +132,12 @@ def analyze(source, key, function):
     captures.update(_lift_graph_tables(editor, source))
     locations = {p: c.location for p, c in captures.items() if c.location is not None}
     locations.update(_lift_ref_variables(editor, source))
+    kwargs = function.structured_input_signature[1]
+    names = sorted(kwargs)
+    arg_tensors = [t.name for t in function.inputs if t.dtype != tf.resource][:len(names)]
+    outputs = dict(zip(sorted(function.structured_outputs), [t.name for t in function.outputs]))
+    locations.update(merge_partitioned_lookups(editor, locations,
+                                               list(outputs.values()) + arg_tensors))
     specs = infer_shapes(editor.graph_def)
     uses = {}
     for placeholder, loc in locations.items():
@@ -137,10 +145,6 @@ def analyze(source, key, function):
             found = find_uses(editor, placeholder)
             match_pooled(editor, found, specs)
             uses[placeholder] = found
-    kwargs = function.structured_input_signature[1]
-    names = sorted(kwargs)
-    arg_tensors = [t.name for t in function.inputs if t.dtype != tf.resource][:len(names)]
-    outputs = dict(zip(sorted(function.structured_outputs), [t.name for t in function.outputs]))
     return SignatureAnalysis(key, function, editor, specs, captures, locations, uses,
                              names, [kwargs[n] for n in names], arg_tensors, outputs)
 

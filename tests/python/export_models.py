@@ -403,12 +403,17 @@ def build_tf1_resource_plain(export_dir, rows=50, dim=8, seed=0):
                              "query_weights": _weights(rng, q)}})
 
 
-def _build_tf1_feature_columns(export_dir, rows, dim, seed, use_resource):
+def _build_tf1_feature_columns(export_dir, rows, dim, seed, use_resource,
+                               partitions=None):
     """An estimator-era TF1 graph: `input_layer` over embedding columns of
     a vocabulary-list column ('country', strings, mean), a vocabulary-file
     column ('tags', an asset; "" pads the bags, sqrtn), a hashed column
     ('query', sum) and a weighted identity column ('item' with
-    'item_weight', sum); the tables' initializer runs as the main op."""
+    'item_weight', sum); the tables' initializer runs as the main op.
+    With `partitions`, every table is split that many ways by
+    `fixed_size_partitioner` (as estimators did) and two more identity
+    columns ('clicked', 'viewed', mean) share one table
+    (`shared_embedding_columns`)."""
     rng = np.random.default_rng(seed)
     fc = v1.feature_column
     countries = [f"country_{i}" for i in range(rows)]
@@ -436,7 +441,21 @@ def _build_tf1_feature_columns(export_dir, rows, dim, seed, use_resource):
             fc.embedding_column(fc.weighted_categorical_column(
                 fc.categorical_column_with_identity("item", rows),
                 "item_weight"), dim, combiner="sum")]
-        with v1.variable_scope("model", use_resource=use_resource):
+        names = {"country": rows, "tags": len(tags), "query": rows,
+                 "item_weighted_by_item_weight": rows}
+        tables = {f"model/input_layer/{c}_embedding/embedding_weights": (n, dim)
+                  for c, n in names.items()}
+        if partitions:
+            for name in ("clicked", "viewed"):
+                feeds[name] = v1.placeholder(tf.int64, [None, BAG], name=name)
+            columns += fc.shared_embedding_columns(
+                [fc.categorical_column_with_identity(n, rows)
+                 for n in ("clicked", "viewed")], dim, combiner="mean",
+                shared_embedding_collection_name="history")
+            tables["model/input_layer/history/embedding_weights"] = (rows, dim)
+        partitioner = v1.fixed_size_partitioner(partitions) if partitions else None
+        with v1.variable_scope("model", use_resource=use_resource,
+                               partitioner=partitioner):
             features = fc.input_layer(feeds, columns)
         logit = tf.reduce_sum(features, axis=1)
         with v1.Session(graph=graph) as sess:
@@ -446,20 +465,19 @@ def _build_tf1_feature_columns(export_dir, rows, dim, seed, use_resource):
             _save_tf1(sess, export_dir, feeds,
                       {"features": features, "logit": logit},
                       main_op=v1.tables_initializer())
-    names = {"country": rows, "tags": len(tags), "query": rows,
-             "item_weighted_by_item_weight": rows}
-    tables = {f"model/input_layer/{c}_embedding/embedding_weights": (n, dim)
-              for c, n in names.items()}
     tag_bags = np.array([[tags[i] for i in rng.integers(0, len(tags), BAG)]
                          for _ in range(BATCH)])
     tag_bags[1, 2:] = ""   # a shorter bag
     tag_bags[2, 0] = "tag_unknown"  # out of vocabulary: dropped
     item = _bags(rng, rows)
-    return BuiltModel(export_dir, tables, {"serving_default": {
+    examples = {
         "country": np.array([countries[i] for i in rng.integers(0, rows, BATCH)]),
         "tags": tag_bags,
         "query": np.array([f"q{i}" for i in range(BATCH)]),
-        "item": item, "item_weight": _weights(rng, item)}})
+        "item": item, "item_weight": _weights(rng, item)}
+    if partitions:
+        examples.update(clicked=_bags(rng, rows), viewed=_bags(rng, rows))
+    return BuiltModel(export_dir, tables, {"serving_default": examples})
 
 
 def build_tf1_feature_columns_ref(export_dir, rows=50, dim=8, seed=0):
@@ -470,6 +488,13 @@ def build_tf1_feature_columns_ref(export_dir, rows=50, dim=8, seed=0):
 def build_tf1_feature_columns_resource(export_dir, rows=50, dim=8, seed=0):
     """TF1 feature columns over resource variables."""
     return _build_tf1_feature_columns(export_dir, rows, dim, seed, True)
+
+
+def build_tf1_feature_columns_partitioned(export_dir, rows=50, dim=8, seed=0):
+    """TF1 feature columns over ref variables partitioned 3 ways, with a
+    shared embedding table."""
+    return _build_tf1_feature_columns(export_dir, rows, dim, seed, False,
+                                      partitions=3)
 
 
 # ---------------------------------------------------------------- refusals --
@@ -617,6 +642,7 @@ BUILDERS = {
     "tf1_ref_partitioned_div": build_tf1_ref_partitioned_div,
     "tf1_ref_partitioned_mod": build_tf1_ref_partitioned_mod,
     "tf1_resource_partitioned_div": build_tf1_resource_partitioned_div,
+    "tf1_feature_columns_partitioned": build_tf1_feature_columns_partitioned,
     "tf1_resource_plain": build_tf1_resource_plain,
     "tf1_feature_columns_ref": build_tf1_feature_columns_ref,
     "tf1_feature_columns_resource": build_tf1_feature_columns_resource,
