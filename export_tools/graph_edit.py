@@ -4,7 +4,7 @@ import collections
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2, node_def_pb2
+from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
 
 from export_tools.errors import ExportError
 
@@ -158,7 +158,46 @@ class GraphEditor:
 
 def infer_shapes(graph_def):
     """{node name: [(TensorShape, DType) per output]}, from importing the graph
-    into a scratch graph (TF's shape inference)."""
+    into a scratch graph (TF's shape inference).
+
+    A table lookup's shape comes from its table's handle, which a captured
+    placeholder does not carry, so TF leaves it unknown (and everything
+    downstream: a `StringLookup` -> `Embedding` bag loses its rank). A
+    lookup with a scalar default value is a table of scalars, whose result
+    has its keys' shape; those are imported a second time as shape-keeping
+    casts so that their shapes propagate."""
+    specs = _imported_specs(graph_def)
+    scalar_finds = [n.name for n in graph_def.node if n.op in _TABLE_FIND_OPS
+                    and _known_rank(specs, n.input[2]) == 0]
+    if not scalar_finds:
+        return specs
+    scratch = graph_pb2.GraphDef()
+    scratch.CopyFrom(graph_def)
+    for node in scratch.node:
+        if node.name in scalar_finds:
+            keys, tin, tout = node.input[1], node.attr["Tin"].type, node.attr["Tout"].type
+            node.op = "Cast"
+            del node.input[:]
+            node.input.append(keys)
+            node.attr.clear()
+            node.attr["SrcT"].type, node.attr["DstT"].type = tin, tout
+    found = _imported_specs(scratch)
+    for name in scalar_finds:  # the dtype of the real op's output
+        found[name] = [(found[name][0][0], specs[name][0][1])]
+    return found
+
+
+_TABLE_FIND_OPS = ("LookupTableFindV2",)
+
+
+def _known_rank(specs, tensor):
+    outputs = specs.get(node_name(tensor))
+    if not outputs or output_index(tensor) >= len(outputs):
+        return None
+    return outputs[output_index(tensor)][0].rank
+
+
+def _imported_specs(graph_def):
     with tf.Graph().as_default() as graph:
         tf.graph_util.import_graph_def(graph_def, name="")
     return {op.name: [(t.shape, t.dtype) for t in op.outputs]

@@ -8,8 +8,9 @@ A table is a resource placeholder of the inlined graph. Its uses are:
   `embedding_lookup_sparse`, also straight on the read), the weighted
   `SegmentSum(rows * w)` chain with its `DivNoNan` for mean and sqrtn, and
   dense bags `Mean`/`Sum` over axis 1 of a `[B, L, D]` gather, optionally
-  weighted by a `[B, L, 1]` factor or masked by a `[B, L, 1]` `SelectV2`
-  (Keras' masked pooling).
+  weighted by a `[B, L, 1]` factor (or that factor tiled to `[B, L, D]`, as
+  DeepCTR's SequencePoolingLayer does with its mask) or masked by a
+  `[B, L, 1]` `SelectV2` (Keras' masked pooling).
 Anything else is an unsupported use, reported with the node at fault.
 """
 import dataclasses
@@ -142,8 +143,9 @@ def _is_const(editor, tensor, values):
     return value is not None and value.size == 1 and float(value.reshape(())) in values
 
 
-def match_pooled(editor, uses, specs):
-    """Adds to `uses.pooled` the pooled lookups built on `uses.gathers`.
+def match_pooled(editor, uses, specs, dim):
+    """Adds to `uses.pooled` the pooled lookups built on `uses.gathers` of a
+    table of `dim` columns.
 
     `specs` maps node name -> [(TensorShape, DType)] of its outputs.
     """
@@ -168,7 +170,7 @@ def match_pooled(editor, uses, specs):
                                 _rows_ids(editor, gather.ids, node.input[1]), add)
             elif node.op == "Mul":
                 _match_weighted(editor, gather.node, gather.ids, add, mul=(node, pos))
-                _match_dense_weighted(editor, gather, node, pos, specs, add)
+                _match_dense_weighted(editor, gather, node, pos, specs, dim, add)
             elif node.op in ("Mean", "Sum"):
                 _match_dense(editor, gather, node, specs, add)
         for node, pos in editor.data_consumers(gather.node):
@@ -244,9 +246,24 @@ def _is_bag_factor(specs, tensor):
     return shape is not None and shape.rank == 3 and shape[2] == 1
 
 
-def _match_dense_weighted(editor, gather, mul, pos, specs, add):
-    factor = mul.input[1 - pos]
-    if not _is_bag_factor(specs, factor):
+def _bag_factor(editor, specs, tensor, dim):
+    """`tensor` as a `[B, L, 1]` factor of a `[B, L]` bag's rows, seeing
+    through a Tile of it to `[B, L, dim]` (the same product); else None."""
+    if _is_bag_factor(specs, tensor):
+        return tensor
+    tile = editor.node(editor.through_identity(tensor))
+    if tile.op != "Tile":
+        return None
+    multiples = editor.const_value(tile.input[1])
+    if (multiples is None or list(multiples.reshape(-1)) not in ([1, 1, dim], [1, 1, 1])
+            or not _is_bag_factor(specs, tile.input[0])):
+        return None
+    return tile.input[0]
+
+
+def _match_dense_weighted(editor, gather, mul, pos, specs, dim, add):
+    factor = _bag_factor(editor, specs, mul.input[1 - pos], dim)
+    if factor is None:
         return
     reduce_node, _ = _single_consumer(editor, mul.name, ("Sum",))
     if reduce_node is not None and _reduces_bag_axis(editor, reduce_node, specs, gather):

@@ -143,7 +143,7 @@ def analyze(source, key, function):
     for placeholder, loc in locations.items():
         if len(loc.shape) == 2 and loc.dtype.is_floating and placeholder in editor.nodes:
             found = find_uses(editor, placeholder)
-            match_pooled(editor, found, specs)
+            match_pooled(editor, found, specs, loc.shape[1])
             uses[placeholder] = found
     return SignatureAnalysis(key, function, editor, specs, captures, locations, uses,
                              names, [kwargs[n] for n in names], arg_tensors, outputs)

@@ -183,7 +183,9 @@ def build_module_lookups(export_dir, rows=50, dim=8, seed=0):
     `tf.gather(ctx.read_value(), ctx_id)`.
     'pooled': `tf.nn.embedding_lookup_sparse` on item with and without
     weights for each combiner; `reduce_mean` / `reduce_sum` over
-    `tf.gather(tag, dense_ids)` (int32 ids, full bags).
+    `tf.gather(tag, dense_ids)` (int32 ids, full bags), and DeepCTR's
+    masked mean (rows times the id != 0 mask tiled to `[B, L, D]`, summed,
+    over the count plus an epsilon).
     'safe': `tf.nn.safe_embedding_lookup_sparse` on query with weights; the
     example has an empty row (row 2).
     """
@@ -222,6 +224,10 @@ def build_module_lookups(export_dir, rows=50, dim=8, seed=0):
         tag_rows = tf.gather(var["tag"], dense_ids)
         out["dense_mean"] = tf.reduce_mean(tag_rows, axis=1)
         out["dense_sum"] = tf.reduce_sum(tag_rows, axis=1)
+        mask = tf.cast(tf.not_equal(dense_ids, 0), tf.float32)
+        tiled = tf.tile(tf.expand_dims(mask, 2), [1, 1, shapes["tag"][1]])
+        out["dense_masked_mean"] = tf.reduce_sum(tag_rows * tiled, axis=1) / (
+            tf.reduce_sum(mask, axis=-1, keepdims=True) + 1e-8)
         return out
 
     @tf.function(input_signature=[_spec([None, None], tf.int64, "query_ids"),

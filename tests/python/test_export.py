@@ -236,13 +236,14 @@ def test_checkpoint_holds_compressed_tables_only(exported, kind, variant):
 
 
 # Pooled lookups per kind: module_lookups has sum/mean/sqrtn unweighted and
-# weighted, a dense mean and sum and a safe_embedding_lookup_sparse; the Keras
+# weighted, a dense mean and sum, a sum weighted by a tiled mask and a
+# safe_embedding_lookup_sparse; the Keras
 # models a masked GlobalAveragePooling1D (per signature) and a dense sum;
 # tf1_resource_plain an unweighted sum and a safe lookup; the TF1 feature
 # columns one per embedding column (the partitioned one has two more, sharing
 # a table); the TF1 partitioned tables one each, their partitions merged into
 # one table.
-FUSED_POOLING = {"module_lookups": 9, "keras_export": 2, "keras_saved_model_save": 2,
+FUSED_POOLING = {"module_lookups": 10, "keras_export": 2, "keras_saved_model_save": 2,
                  "tf1_resource_plain": 2, "tf1_feature_columns_ref": 4,
                  "tf1_feature_columns_resource": 4, "tf1_ref_partitioned_div": 1,
                  "tf1_ref_partitioned_mod": 1, "tf1_resource_partitioned_div": 1,

@@ -30,10 +30,10 @@ EXPECTED = {
     "tfrs_two_tower_retrieval": {"user_embedding" + E: (1, 0)},
     "deepctr_deepfm": {"sparse_emb_user_id" + E: (1, 0), "sparse_emb_item_id" + E: (1, 0),
                        "sparse_emb_category" + E: (1, 0),
-                       "sparse_seq_emb_genres" + E: (1, 0)},
+                       "sparse_seq_emb_genres" + E: (0, 1)},
     "deepctr_dcn": {"sparse_emb_user_id" + E: (1, 0), "sparse_emb_item_id" + E: (1, 0),
                     "sparse_emb_category" + E: (1, 0),
-                    "sparse_seq_emb_genres" + E: (1, 0)},
+                    "sparse_seq_emb_genres" + E: (0, 1)},
     "deepctr_din": {"sparse_seq_emb_hist_item_id" + E: (3, 0),
                     "sparse_seq_emb_hist_cate_id" + E: (3, 0),
                     "sparse_emb_user" + E: (1, 0)},  # gender: 2 rows, under --min-rows
@@ -43,8 +43,11 @@ EXPECTED = {
     "tf2_dense_features": {"clicked_query_shared_embedding": (0, 2),
                            "features/country_embedding/embedding_weights": (0, 1)},
 }
-# Refused by default, and what the refusal says to do.
-REFUSED = {"keras3_string_lookup": ("is also read by Transpose", "item_table")}
+# Refused by default, what the refusal says to do, and the tables (as in
+# EXPECTED) once that is done: the masked mean pooling of the StringLookup
+# bag, once per signature ('serve' and 'serving_default').
+REFUSED = {"keras3_string_lookup": ("is also read by Transpose", "item_table",
+                                    {"history_embedding" + E: (0, 2)})}
 
 
 def build(kind, path):
@@ -102,10 +105,11 @@ def test_fp16_stock_export_verifies(built, kind, tmp_path):
 @pytest.mark.parametrize("kind", sorted(REFUSED))
 def test_refused_with_what_to_do(built, kind, tmp_path):
     src, _ = built(kind)
-    reason, keep = REFUSED[kind]
+    reason, keep, expected = REFUSED[kind]
     with pytest.raises(ExportError, match=f"{reason}.*--keep"):
         compress_saved_model(src, str(tmp_path / "dst"), dtype="int8")
     assert not os.path.exists(tmp_path / "dst")
     report = compress_saved_model(src, str(tmp_path / "kept"), dtype="int8",
                                   keep=keep)  # what the message says
-    assert report.verified and report.tables
+    assert report.verified
+    assert {t.name: (t.lookups, t.pooled_lookups) for t in report.tables} == expected
