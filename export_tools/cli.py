@@ -52,7 +52,8 @@ def build_parser():
                         help="inputs to verify on: an .npz with keys 'SIGNATURE/INPUT' "
                              "(strings as str, bytes or object arrays; object arrays "
                              "are unpickled, so pass only your own files), or a "
-                             "TFRecord of TF Serving PredictionLog requests (default: "
+                             "TFRecord of TF Serving PredictionLog requests, the first "
+                             "few of each signature (default: "
                              "SRC's assets.extra/tf_serving_warmup_requests if "
                              "present, else generated from the signatures)")
     parser.add_argument("--report", metavar="FILE.json", help="write a JSON report")

@@ -164,7 +164,8 @@ def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=
       chunk_rows: rows encoded per chunk (default: about 64 MiB of FP32).
       overwrite: replace an existing `dst`.
       verify: run both models in fresh processes and compare every output.
-      examples: {signature: {input: array}} to verify on (default: generated).
+      examples: {signature: feed or [feed, ...]}, a feed being {input: array},
+        to verify on (default: the source's warmup requests, else generated).
       report: path of a JSON report to write.
       progress: a `Progress` receiving callbacks.
       isolate: first read `src` with TensorFlow in a child process, so that
@@ -346,11 +347,13 @@ def _kept_variable(source, location, index, streams, full_shapes):
 
 
 def _feeds(src, analyses, chosen, examples):
-    """The inputs to verify each signature on: the user's examples, else the
-    source's own warmup requests, else generated ones."""
+    """{signature: [feed, ...]}: the inputs to verify each signature on: the
+    user's examples, else the source's own warmup requests, else generated
+    ones."""
     keys = [a.key for a in analyses]
     if examples:
         origin = "examples"
+        examples = source_examples.as_requests(examples)
         unknown = sorted(set(examples) - set(keys))
         if unknown:
             raise ExportError(f"examples: signatures {unknown} are not exported "
@@ -362,16 +365,17 @@ def _feeds(src, analyses, chosen, examples):
     feeds = {}
     for analysis in analyses:
         if analysis.key in examples:
-            feeds[analysis.key] = source_examples.conform(
-                examples[analysis.key], analysis.key, analysis.input_names,
-                analysis.input_specs, origin)
+            feeds[analysis.key] = [source_examples.conform(
+                feed, analysis.key, analysis.input_names, analysis.input_specs,
+                origin if len(examples[analysis.key]) == 1 else f"{origin} request {i}")
+                for i, feed in enumerate(examples[analysis.key])]
             continue
         rows = {p: t.location.full_shape[0] for t in chosen.values()
                 for p in t.placeholders.get(analysis.key, ())}
-        feeds[analysis.key] = input_generation.generate_inputs(
+        feeds[analysis.key] = [input_generation.generate_inputs(
             analysis, input_generation.id_bounds(analysis, rows),
             input_generation.table_keys(analysis),
-            input_generation.composite_inputs(analysis))
+            input_generation.composite_inputs(analysis))]
     return feeds
 
 

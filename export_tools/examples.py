@@ -6,8 +6,11 @@ cast to its dtypes where that is lossless.
 - an ``.npz`` with keys ``SIGNATURE/INPUT`` (string inputs as numpy ``str`` /
   ``bytes`` arrays, or object arrays of them), or
 - a TFRecord file of TF Serving ``PredictionLog`` predict requests, the
-  format of ``assets.extra/tf_serving_warmup_requests`` (the first request
-  of each signature is used).
+  format of ``assets.extra/tf_serving_warmup_requests`` (the first
+  ``REQUESTS_PER_SIGNATURE`` requests of each signature are used).
+
+Examples are ``{signature: [feed, ...]}``, a feed being ``{input: array}``
+(one request: a batch).
 """
 import zipfile
 
@@ -17,9 +20,12 @@ import tensorflow as tf
 from export_tools import warmup
 from export_tools.errors import ExportError
 
+REQUESTS_PER_SIGNATURE = 16
+
 
 def load_examples(path):
-    """{signature: {input: ndarray}} from an examples file (see the module)."""
+    """{signature: [{input: ndarray}, ...]} from an examples file (see the
+    module)."""
     try:
         if zipfile.is_zipfile(path):
             return _load_npz(path)
@@ -38,7 +44,7 @@ def _load_npz(path):
             raise ExportError(f"examples {path}: key {key!r} is not "
                               f"'SIGNATURE/INPUT'")
         feeds.setdefault(sig, {})[name] = _npz_array(path, key)
-    return feeds
+    return {sig: [feed] for sig, feed in feeds.items()}
 
 
 def _npz_array(path, key):
@@ -60,7 +66,7 @@ def _npz_array(path, key):
 
 def _load_prediction_logs(path):
     try:
-        feeds = warmup.read(path)
+        feeds = warmup.read(path, REQUESTS_PER_SIGNATURE)
     except (warmup.MalformedRecord, tf.errors.DataLossError) as e:
         raise ExportError(
             f"examples {path} is neither an .npz file nor a TFRecord file of "
@@ -78,12 +84,19 @@ def source_requests(src):
     if not tf.io.gfile.exists(path):
         return {}
     try:
-        return warmup.read(path)
+        return warmup.read(path, REQUESTS_PER_SIGNATURE)
     except (warmup.MalformedRecord, tf.errors.DataLossError) as e:
         raise ExportError(
             f"{path} is not a TFRecord of PredictionLogs ({e}): TF Serving "
             f"would fail to warm up with it too; fix or remove it, or pass "
             f"--examples FILE") from None
+
+
+def as_requests(examples):
+    """``examples`` with each signature's value a list of feeds; a single
+    feed (a dict, as the library call also takes) becomes a list of one."""
+    return {sig: [value] if isinstance(value, dict) else list(value)
+            for sig, value in examples.items()}
 
 
 def conform(feed, signature, names, specs, origin):

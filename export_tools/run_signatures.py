@@ -6,8 +6,10 @@ Verification runs the source and the compressed model this way, each in a
 fresh process, as a server would load them. `--load-ops` imports
 `tf_compressed_embedding` first (registering the fused ops).
 
-INPUTS and OUTPUTS are TFRecord files: a JSON manifest `[[signature, name],
-...]`, then one `TensorProto` per entry. TensorProtos carry every dtype a
+INPUTS and OUTPUTS hold {signature: [{name: array}, ...]} (requests in, their
+outputs out) as TFRecord files: a JSON manifest `{"requests": {signature:
+count}, "tensors": [[signature, request, name], ...]}`, then one
+`TensorProto` per tensor. TensorProtos carry every dtype a
 signature can have exactly (strings included, which .npz cannot hold without
 pickle).
 """
@@ -22,14 +24,16 @@ from export_tools.errors import tf_error_message
 
 
 def save_feeds(path, feeds):
-    """Writes {signature: {name: array}}."""
+    """Writes {signature: [{name: array}, ...]}."""
     import tensorflow as tf
-    manifest = [[sig, name] for sig, named in feeds.items() for name in named]
+    tensors = [[sig, i, name] for sig, requests in feeds.items()
+               for i, named in enumerate(requests) for name in named]
+    manifest = {"requests": {sig: len(r) for sig, r in feeds.items()}, "tensors": tensors}
     with tf.io.TFRecordWriter(path) as writer:
         writer.write(json.dumps(manifest).encode())
-        for sig, name in manifest:
+        for sig, i, name in tensors:
             writer.write(tf.make_tensor_proto(
-                np.asarray(feeds[sig][name])).SerializeToString())
+                np.asarray(feeds[sig][i][name])).SerializeToString())
 
 
 def load_feeds(path):
@@ -39,10 +43,9 @@ def load_feeds(path):
     from tensorflow.core.framework import tensor_pb2
     records = iter(tf.data.TFRecordDataset(path).as_numpy_iterator())
     manifest = json.loads(next(records))
-    result = {}
-    for (sig, name), record in zip(manifest, records):
-        result.setdefault(sig, {})[name] = tf.make_ndarray(
-            tensor_pb2.TensorProto.FromString(record))
+    result = {sig: [{} for _ in range(n)] for sig, n in manifest["requests"].items()}
+    for (sig, i, name), record in zip(manifest["tensors"], records):
+        result[sig][i][name] = tf.make_ndarray(tensor_pb2.TensorProto.FromString(record))
     return result
 
 
@@ -61,10 +64,14 @@ def main(argv=None):
     try:
         model = tf.saved_model.load(args.model)
         results = {}
-        for sig, feed in load_feeds(args.inputs).items():
-            where = f"signature {sig!r}"
-            out = model.signatures[sig](**{k: tf.constant(v) for k, v in feed.items()})
-            results[sig] = {k: v.numpy() for k, v in out.items()}
+        for sig, requests in load_feeds(args.inputs).items():
+            results[sig] = []
+            for i, feed in enumerate(requests):
+                where = f"signature {sig!r}" + (f" request {i}" if len(requests) > 1
+                                                 else "")
+                out = model.signatures[sig](**{k: tf.constant(v)
+                                               for k, v in feed.items()})
+                results[sig].append({k: v.numpy() for k, v in out.items()})
     except Exception as e:  # noqa: BLE001 - reported to the parent as one line
         print(f"{where}: {type(e).__name__}: {tf_error_message(e)}", file=sys.stderr)
         return 1

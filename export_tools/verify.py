@@ -55,38 +55,47 @@ def run_model(path, feeds, load_ops, workdir):
 
 
 def verify(src, dst, feeds, load_ops, relative_error, factor=TOLERANCE_FACTOR):
-    """Runs both models on `feeds`; returns ({sig: {out: max abs diff, or
-    count of differing values}}, tolerance, [warning]) or raises ExportError
-    naming the first output that does not agree."""
+    """Runs both models on `feeds` ({signature: [feed, ...]}); returns ({sig:
+    {out: max abs diff, or count of differing values, over the requests}},
+    tolerance, [warning]) or raises ExportError naming the first output that
+    does not agree."""
     with tempfile.TemporaryDirectory(prefix="tfce-verify-") as workdir:
         want = run_model(src, feeds, False, workdir)
         got = run_model(dst, feeds, load_ops, workdir)
     scale = max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0))
-                 for outs in want.values() for v in outs.values()
-                 if np.issubdtype(v.dtype, np.floating)), default=0.0)
+                 for requests in want.values() for outs in requests
+                 for v in outs.values() if np.issubdtype(v.dtype, np.floating)),
+                default=0.0)
     tolerance = factor * relative_error * scale + ROUNDING_FLOOR * max(scale, 1.0)
     diffs, warnings = {}, []
-    for sig, outs in want.items():
+    for sig, requests in want.items():
         diffs[sig] = {}
-        for key, value in outs.items():
-            other = got[sig][key]
-            if other.shape != value.shape or other.dtype != value.dtype:
-                raise ExportError(f"verification: signature {sig!r} output {key!r} is "
-                                  f"{other.dtype}{list(other.shape)}, the source gives "
-                                  f"{value.dtype}{list(value.shape)}")
-            if np.issubdtype(value.dtype, np.floating):
-                diff = _float_difference(other, value)
-                if not diff <= tolerance:
-                    raise ExportError(
-                        f"verification: signature {sig!r} output {key!r} differs "
-                        f"from the source by {diff:.3g}, above the tolerance "
-                        f"{tolerance:.3g}")
-            else:
-                diff = float(np.count_nonzero(other != value))
-                if diff:
-                    warnings.append(_ranked_ids_differ(sig, key, value, outs, diff))
-            diffs[sig][key] = diff
+        for i, outs in enumerate(requests):
+            where = f"signature {sig!r}" + (f" request {i}" if len(requests) > 1 else "")
+            for key, value in outs.items():
+                diff = _difference(where, key, got[sig][i][key], value, outs, tolerance,
+                                   warnings)
+                diffs[sig][key] = max(diffs[sig].get(key, 0.0), diff)
     return diffs, tolerance, warnings
+
+
+def _difference(where, key, got, want, outputs, tolerance, warnings):
+    """The difference of one output (see verify); appends to `warnings`."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        raise ExportError(f"verification: {where} output {key!r} is "
+                          f"{got.dtype}{list(got.shape)}, the source gives "
+                          f"{want.dtype}{list(want.shape)}")
+    if np.issubdtype(want.dtype, np.floating):
+        diff = _float_difference(got, want)
+        if not diff <= tolerance:
+            raise ExportError(f"verification: {where} output {key!r} differs from "
+                              f"the source by {diff:.3g}, above the tolerance "
+                              f"{tolerance:.3g}")
+        return diff
+    diff = float(np.count_nonzero(got != want))
+    if diff:
+        warnings.append(_ranked_ids_differ(where, key, want, outputs, diff))
+    return diff
 
 
 def _float_difference(got, want):
@@ -101,13 +110,13 @@ def _float_difference(got, want):
     return float(np.abs(got[finite] - want[finite]).max(initial=0.0))
 
 
-def _ranked_ids_differ(sig, key, value, outputs, count):
+def _ranked_ids_differ(where, key, value, outputs, count):
     """The warning for a non-float output that differs from the source, if it
     comes with scores of its shape (see the module); else ExportError."""
     scores = sorted(k for k, v in outputs.items()
                     if k != key and v.shape == value.shape
                     and np.issubdtype(v.dtype, np.floating))
-    where = (f"signature {sig!r} output {key!r} ({value.dtype}): "
+    where = (f"{where} output {key!r} ({value.dtype}): "
              f"{int(count)} of {value.size} values differ from the source")
     if not scores:
         raise ExportError(

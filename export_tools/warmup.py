@@ -47,16 +47,18 @@ def predict_log(signature, inputs):
     return _field(_PREDICT_LOG, _field(_REQUEST, request))
 
 
-def write(model_dir, feeds, signature_defs):
-    """Writes one request per signature in `feeds`; returns the record count."""
+def write(model_dir, requests, signature_defs):
+    """Writes `requests` ({signature: [feed, ...]}) of the signatures in
+    `signature_defs`; returns the record count."""
     path = os.path.join(model_dir, WARMUP_FILE)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     count = 0
     with tf.io.TFRecordWriter(path) as writer:
-        for signature in sorted(feeds):
+        for signature in sorted(requests):
             if signature in signature_defs:
-                writer.write(predict_log(signature, feeds[signature]))
-                count += 1
+                for feed in requests[signature]:
+                    writer.write(predict_log(signature, feed))
+                    count += 1
     return count
 
 
@@ -133,16 +135,17 @@ def parse_predict_log(record):
     return signature, inputs
 
 
-def read(path, limit=None):
-    """{signature: {input: ndarray}} from the predict requests of a TFRecord
-    file of PredictionLogs: the first request seen for each signature (one
-    request is a batch). Raises MalformedRecord for a record that is not a
-    PredictionLog; other log kinds are skipped."""
+def read(path, per_signature=None):
+    """{signature: [{input: ndarray}, ...]} from the predict requests of a
+    TFRecord file of PredictionLogs, in file order, the first
+    `per_signature` of each signature (all if None). Raises MalformedRecord
+    for a record that is not a PredictionLog; other log kinds are skipped."""
     requests = {}
-    for i, record in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator()):
-        if limit is not None and i >= limit:
-            break
+    for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
         parsed = parse_predict_log(record)
-        if parsed is not None and parsed[0] not in requests:
-            requests[parsed[0]] = parsed[1]
+        if parsed is None:
+            continue
+        kept = requests.setdefault(parsed[0], [])
+        if per_signature is None or len(kept) < per_signature:
+            kept.append(parsed[1])
     return requests

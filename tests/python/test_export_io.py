@@ -125,7 +125,8 @@ def test_warmup_records_parse_as_tf_serving_prediction_logs(tmp_path):
     feeds = {"serving_default": {"ids": np.array([[0, 5], [9, 1]], np.int64),
                                  "w": np.ones((2, 2), np.float32)},
              "other": {"x": np.array([1.5], np.float32)}}
-    count = warmup.write(str(tmp_path), feeds, {"serving_default": None, "other": None})
+    count = warmup.write(str(tmp_path), {k: [v] for k, v in feeds.items()},
+                         {"serving_default": None, "other": None})
     assert count == 2
     records = list(tf.data.TFRecordDataset(str(tmp_path / warmup.WARMUP_FILE)))
     parsed = {}

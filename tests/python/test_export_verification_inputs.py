@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from export_tools import ExportError, compress_saved_model, warmup
 from export_tools import input_generation
+from export_tools import examples as examples_module
 from export_tools.examples import load_examples
 from export_tools.signature_rewrite import analyze
 from export_tools.source import SourceModel
@@ -143,11 +144,40 @@ def test_prediction_log_examples(string_model, tmp_path):
                             ("serving_default", second)])
     examples = load_examples(str(tmp_path / "requests.tfrecord"))
     assert list(examples) == ["serving_default"]
-    assert examples["serving_default"]["country"].tolist() == [
-        s.encode() for s in first["country"]]  # the first request per signature
+    assert [r["country"].tolist() for r in examples["serving_default"]] == [
+        [s.encode() for s in f["country"]] for f in (first, second)]
     report = compress_saved_model(string_model, str(tmp_path / "dst"),
                                   dtype="fp16", min_rows=1, examples=examples)
     assert report.verified
+    # Without a warmup file of its own, the source's requests become the output's.
+    assert report.warmup_requests == 2
+
+
+def test_prediction_log_examples_are_capped_per_signature(tmp_path):
+    rng = np.random.default_rng(5)
+    cap = examples_module.REQUESTS_PER_SIGNATURE
+    _write_prediction_logs(tmp_path / "requests.tfrecord",
+                           [("serving_default", string_feed(rng))] * (cap + 3)
+                           + [("other", string_feed(rng))])
+    examples = load_examples(str(tmp_path / "requests.tfrecord"))
+    assert {k: len(v) for k, v in examples.items()} == {"serving_default": cap,
+                                                        "other": 1}
+
+
+def test_every_source_warmup_request_is_verified_on(tmp_path):
+    """A request after the first that the source itself refuses (an item id
+    past the table) stops the export, naming that request."""
+    src = build_string_model(str(tmp_path / "src"))
+    good = string_feed(np.random.default_rng(6))
+    bad = dict(good, item=np.full_like(good["item"], ROWS + 5))
+    os.makedirs(os.path.join(src, "assets.extra"))
+    _write_prediction_logs(os.path.join(src, warmup.WARMUP_FILE),
+                           [("serving_default", good)] * 2 + [("serving_default", bad)])
+    with pytest.raises(ExportError, match=r"running .*src failed: signature "
+                                          r"'serving_default' request 2: "
+                                          r"InvalidArgumentError"):
+        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", min_rows=1)
+    assert not os.path.exists(tmp_path / "dst")
 
 
 def test_examples_file_of_another_format_is_refused(tmp_path):
