@@ -132,6 +132,9 @@ def print_summary(console, report):
                   f"{report.table_bytes_after / 2**20:.2f} MiB")
     for name in report.kept_fp32:
         console.print(f"left FP32 (--keep): {name}")
+    if report.not_lookups:
+        console.print("left FP32, not read by lookups: " + ", ".join(
+            f"{name} ({op})" for name, op in sorted(report.not_lookups.items())))
     if report.verified:
         check = Table(title=f"verification against SRC (tolerance {report.tolerance:.3g})")
         for column in ("signature", "output", "max |diff|"):

@@ -94,11 +94,14 @@ def _bytes_per_row(dim, fmt):
 
 
 def choose_tables(analyses, tables, keep, min_rows, dtype, progress, warn):
-    """({uid: _Table} of the tables to convert, [names kept FP32 by `keep`]);
-    refuses tables it cannot convert. Tables the format would not shrink
-    (int8 of dim 1: a byte and a 4-byte scale per row) are left FP32 with a
-    warning, unless `tables` names them."""
-    chosen, kept, unshrunk = {}, [], set()
+    """({uid: _Table} of the tables to convert, [names kept FP32 by `keep`],
+    {name: op} of the variables of at least `min_rows` rows that no lookup
+    reads, e.g. a retrieval model's candidate matrix or a dense kernel, left
+    FP32 and named in the report so that a user sees why); refuses tables it
+    cannot convert. Tables the format would not shrink (int8 of dim 1: a
+    byte and a 4-byte scale per row) are left FP32 with a warning, unless
+    `tables` names them."""
+    chosen, kept, unshrunk, not_lookups = {}, [], set(), {}
     for analysis in analyses:
         for placeholder, uses in analysis.uses.items():
             loc = analysis.locations[placeholder]
@@ -107,6 +110,8 @@ def choose_tables(analyses, tables, keep, min_rows, dtype, progress, warn):
             bad_lookup = _describe(uses)
             looks_like_table = lookups or bad_lookup or uses.control_flow
             named = _matches(tables, loc)
+            if not looks_like_table and uses.unsupported and loc.full_shape[0] >= min_rows:
+                not_lookups.setdefault(loc.name, uses.unsupported[0][1])
             if not looks_like_table or (tables is not None and not named):
                 continue
             if _matches(keep, loc):
@@ -143,7 +148,7 @@ def choose_tables(analyses, tables, keep, min_rows, dtype, progress, warn):
                                   f"compressed{hint}")
             table = chosen.setdefault(uid, _Table(uid, loc))
             table.placeholders.setdefault(analysis.key, []).append(placeholder)
-    return chosen, kept
+    return chosen, kept, not_lookups
 
 
 def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=None,
@@ -203,7 +208,7 @@ def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=
         progress.warn(text)
         result.warnings.append(text)
 
-    chosen, result.kept_fp32 = choose_tables(analyses, tables, keep, min_rows, dtype,
+    chosen, result.kept_fp32, result.not_lookups = choose_tables(analyses, tables, keep, min_rows, dtype,
                                              progress, warn)
     if not chosen:
         raise ExportError(

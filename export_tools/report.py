@@ -13,6 +13,8 @@ class ExportReport:
     ops: str
     tables: list = dataclasses.field(default_factory=list)      # [TableReport]
     kept_fp32: list = dataclasses.field(default_factory=list)   # names left FP32 (--keep)
+    # large float variables no lookup reads (left FP32): name -> the op reading them
+    not_lookups: dict = dataclasses.field(default_factory=dict)
     checkpoint_bytes_before: int = 0
     checkpoint_bytes_after: int = 0
     # signature key -> output key -> max abs difference against the source

@@ -113,3 +113,30 @@ def test_lookup_counts_match_the_output_graph(wide_and_deep, tmp_path, ops):
         assert all(t.pooled_lookups == 0 for t in tables.values())
         assert tables["wide"].lookups == 1 and tables["deep"].lookups >= 1
         assert "FusedDecodeAxpy" not in graph_ops
+
+
+def test_large_variables_no_lookup_reads_are_named(tmp_path):
+    """A candidate matrix scored by a MatMul is no table: left FP32 and
+    named with the op reading it; a smaller one (under min_rows) is not."""
+    rng = np.random.default_rng(1)
+    module = tf.Module()
+    module.table = tf.Variable(rng.standard_normal((ROWS, DIM)).astype(np.float32),
+                               name="table")
+    module.candidates = tf.Variable(rng.standard_normal((ROWS, DIM)).astype(np.float32),
+                                    name="candidates")
+    module.small = tf.Variable(rng.standard_normal((ROWS // 2, DIM)).astype(np.float32),
+                               name="small")
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="ids")])
+    def serve(ids):
+        query = tf.nn.embedding_lookup(module.table, ids)
+        return {"scores": tf.matmul(query, module.candidates, transpose_b=True),
+                "small": tf.matmul(query, module.small, transpose_b=True)}
+
+    module.serve = serve
+    src = str(tmp_path / "src")
+    tf.saved_model.save(module, src, signatures={"serving_default": serve})
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
+                                  min_rows=ROWS, verify=False, isolate=False)
+    assert [t.name for t in report.tables] == ["table"]
+    assert report.not_lookups == {"candidates": "MatMul"}
