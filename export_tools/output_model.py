@@ -81,7 +81,10 @@ def signature_function(rewritten, resolve, output_specs):
             outputs[key] = tensor
         return outputs
 
-    return tf.function(imported, input_signature=specs).get_concrete_function()
+    # Plain graph building: autograph would rewrite `resolve` and what it
+    # calls (variable creation, dict updates) into graph ops.
+    return tf.function(imported, input_signature=specs,
+                       autograph=False).get_concrete_function()
 
 
 def save(module, signatures, path):
