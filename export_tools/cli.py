@@ -10,6 +10,7 @@ import os
 import sys
 import warnings
 
+from export_tools import options
 from export_tools.errors import ExportError
 
 _GIB = float(1 << 30)
@@ -24,9 +25,9 @@ def build_parser():
     parser.add_argument("src", metavar="SRC", help="SavedModel directory to read")
     parser.add_argument("dst", metavar="DST", help="directory to write the compressed "
                         "SavedModel to")
-    parser.add_argument("--dtype", choices=["int8", "fp16"], required=True,
+    parser.add_argument("--dtype", choices=options.FORMATS, required=True,
                         help="storage format of the compressed tables")
-    parser.add_argument("--ops", choices=["fused", "stock"], default="fused",
+    parser.add_argument("--ops", choices=options.OPS_MODES, default="fused",
                         help="'fused': this package's ops (a server built with them); "
                              "'stock': stock TF ops only, for an unmodified TF Serving "
                              "(default: %(default)s)")
@@ -36,13 +37,14 @@ def build_parser():
                              "lookups)")
     parser.add_argument("--keep", metavar="REGEX",
                         help="leave matching tables FP32 (e.g. tied weights)")
-    parser.add_argument("--min-rows", type=int, default=1000, metavar="N",
+    parser.add_argument("--min-rows", type=int, default=options.DEFAULT_MIN_ROWS,
+                        metavar="N",
                         help="leave tables of fewer rows FP32 (default: %(default)s)")
     parser.add_argument("--signatures", metavar="KEY,...",
                         help="export only these signatures (default: all)")
     parser.add_argument("--chunk-rows", type=int, metavar="N",
                         help="rows encoded per chunk; bounds memory (default: about "
-                             "64 MiB of FP32 rows)")
+                             f"{options.DEFAULT_CHUNK_BYTES >> 20} MiB of FP32 rows)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace DST if it exists")
     parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,

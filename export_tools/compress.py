@@ -23,15 +23,14 @@ from export_tools import examples as source_examples
 from export_tools import input_generation, output_model, probe
 from export_tools import verify as verification, warmup
 from export_tools.errors import ExportError
+from export_tools.options import (DEFAULT_CHUNK_BYTES, DEFAULT_MIN_ROWS,
+                                  OPS_MODES)
 from export_tools.report import ExportReport, directory_bytes
 from export_tools.signature_rewrite import analyze, rewrite
 from export_tools.source import SourceModel
 from export_tools.table_stream import encoded_chunks, new_report
 from tf_compressed_embedding import quantization
 
-OPS_MODES = ("fused", "stock")
-DEFAULT_MIN_ROWS = 1000
-DEFAULT_CHUNK_BYTES = 64 << 20   # FP32 bytes read per chunk
 _SMALL_VARIABLE_BYTES = 64 << 20  # kept variables above this are streamed too
 
 
@@ -184,10 +183,11 @@ def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=
     progress = progress or Progress()
     _check_arguments(src, dst, dtype, ops, min_rows, chunk_rows, overwrite)
     if ops == "fused":
+        import tf_compressed_embedding as tfce
         try:
-            import tf_compressed_embedding  # noqa: F401 - registers the fused ops
-        except Exception as e:  # noqa: BLE001
-            raise ExportError(f"--ops fused needs the op library: {e}")
+            tfce.load_ops()
+        except tfce.OpLibraryError as e:
+            raise ExportError(f"--ops fused needs the op library: {e}") from None
     result = ExportReport(os.path.abspath(src), os.path.abspath(dst), dtype, ops)
     progress.stage(f"reading {src}")
     if isolate:

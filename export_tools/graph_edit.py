@@ -90,7 +90,8 @@ class GraphEditor:
         return name
 
     def add(self, name, op, inputs, **attrs):
-        """Adds a node (name made unique unless `exact`); returns its name."""
+        """Adds a node named `name` as it is (see `unique_name`) with its
+        attributes given as values or AttrValues; returns its name."""
         node = node_def_pb2.NodeDef(name=name, op=op, input=list(inputs))
         for key, value in attrs.items():
             node.attr[key].CopyFrom(value if isinstance(value, attr_value_pb2.AttrValue)
@@ -149,11 +150,6 @@ class GraphEditor:
             for key in _SHAPE_ATTRS:
                 if key in n.attr:
                     del n.attr[key]
-
-    def library_functions_using(self, op_types):
-        """Names of library functions that contain an op of `op_types`."""
-        return [f.signature.name for f in self.graph_def.library.function
-                if any(n.op in op_types for n in f.node_def)]
 
 
 def infer_shapes(graph_def):

@@ -58,10 +58,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
-    if args.load_ops:
-        import tf_compressed_embedding  # noqa: F401 - registers the ops
-    where = "loading the model"
+    where = "loading the op library"
     try:
+        if args.load_ops:
+            import tf_compressed_embedding as tfce
+            tfce.load_ops()
+        where = "loading the model"
         model = tf.saved_model.load(args.model)
         results = {}
         for sig, requests in load_feeds(args.inputs).items():

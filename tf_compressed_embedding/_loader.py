@@ -1,9 +1,11 @@
 """Loading of the op library, with a TensorFlow version guard.
 
-Importing the package tries to load the library, so that a SavedModel using
-the ops loads after a plain ``import tf_compressed_embedding``. A failure
-there is not raised at import (the numpy quantization and the rest of the
-package keep working); it is raised, with its reason, by the first op call.
+The package loads the library as soon as TensorFlow is imported (see the
+package docstring), so that a SavedModel using the ops loads after a plain
+``import tf_compressed_embedding``. A failure there is not raised inside that
+import (the numpy quantization and the rest of the package keep working); it
+is kept, and raised with its reason by the first op call or by
+:func:`load_ops`.
 
 The library is bound to the TensorFlow it was compiled against: before
 loading, the version recorded in the library is compared with the running
@@ -81,20 +83,39 @@ def _load():
 
 @tf.autograph.experimental.do_not_convert
 def ops():
-    """The loaded op module (``compressed_embedding_lookup``, ...)."""
+    """The loaded op module (``compressed_embedding_lookup``, ...).
+
+    Raises:
+      OpLibraryError: the library is missing or built for another
+        TensorFlow (loading is tried again on every call until it works).
+    """
     global _ops_module
     if _ops_module is None:
         with _lock:
             if _ops_module is None:
-                _ops_module = _load()
+                module = _load()
+                # The gradient of FusedDecodeAxpy (w.r.t. its weights).
+                from tf_compressed_embedding import _gradients  # noqa: F401
+                _ops_module = module
     return _ops_module
 
 
-def try_load():
-    """Loads the library if possible; a failure is kept for the first op call.
+def load_ops():
+    """Loads the op library and registers its ops with TensorFlow.
 
-    Returns the failure (an OpLibraryError) or None.
+    Importing the package does this once TensorFlow is imported; call it to
+    learn at once whether the library can be loaded.
+
+    Raises:
+      OpLibraryError: the library is missing or was built for another
+        TensorFlow; the message says how to rebuild it.
     """
+    ops()
+
+
+def try_load():
+    """Loads the library if possible; returns the failure (an
+    OpLibraryError) or None. The next op call tries again and raises it."""
     try:
         ops()
     except OpLibraryError as e:

@@ -1,9 +1,7 @@
 """Thin wrappers over the two ops, and tf.nn-style sparse lookups."""
 import tensorflow as tf
 
-from tf_compressed_embedding import _loader
-
-COMBINERS = ("sum", "mean", "sqrtn")
+from tf_compressed_embedding import _bags, _loader
 
 
 def _read(value):
@@ -55,19 +53,6 @@ def _with_max_threads(tensor, max_threads):
     tensor.op._set_attr("_tfce_max_threads",
                         attr_value_pb2.AttrValue(i=int(max_threads)))
     return tensor
-
-
-def _check_combiner(combiner):
-    if combiner not in COMBINERS:
-        raise ValueError(f"combiner must be one of 'sum', 'mean', 'sqrtn', "
-                         f"got {combiner!r}")
-
-
-def _float_weights(weights):
-    weights = tf.convert_to_tensor(weights)
-    if not weights.dtype.is_floating:
-        raise TypeError(f"weights must be floating point, got {weights.dtype}")
-    return tf.cast(weights, tf.float32)
 
 
 def compressed_embedding_lookup(table, ids, max_norm=None, name=None):
@@ -122,13 +107,13 @@ def fused_decode_axpy(table, ids, segment_ids, weights=None, combiner="sum",
     Returns:
       float32 ``[num_segments, D]``.
     """
-    _check_combiner(combiner)
+    _bags.check_combiner(combiner)
     data, scales = _table_inputs(table)
     segment_ids = tf.convert_to_tensor(segment_ids)
     if weights is None:
         weights = tf.zeros([0], tf.float32)
     else:
-        weights = _float_weights(weights)
+        weights = _bags.float_weights(weights)
     if num_segments is None:
         num_segments = tf.maximum(
             tf.reduce_max(tf.cast(segment_ids, tf.int64)) + 1, 0)
@@ -138,40 +123,15 @@ def fused_decode_axpy(table, ids, segment_ids, weights=None, combiner="sum",
         name=name)
 
 
-def _ids_segments_weights(sp_ids, sp_weights):
-    """(ids, segment_ids, weights, num_rows) of 2-D sparse or ragged ids."""
+def _bags_of(sp_ids, sp_weights):
+    """The bags of 2-D sparse or ragged ids (and their weights)."""
+    names = ("sp_ids", "sp_weights")
     if isinstance(sp_ids, tf.RaggedTensor):
-        if sp_ids.ragged_rank != 1 or sp_ids.flat_values.shape.rank != 1:
-            raise ValueError("RaggedTensor ids must have shape [batch, (ids)]")
-        weights = None
-        if sp_weights is not None:
-            if not isinstance(sp_weights, tf.RaggedTensor):
-                raise TypeError("sp_weights must be a RaggedTensor when "
-                                "sp_ids is one")
-            weights = sp_weights.flat_values
-            _check_same_static_shape(sp_ids.flat_values, weights)
-        return (sp_ids.flat_values, sp_ids.value_rowids(), weights,
-                sp_ids.nrows())
-    if not isinstance(sp_ids, tf.SparseTensor):
-        raise TypeError(f"sp_ids must be a SparseTensor or RaggedTensor, got "
-                        f"{type(sp_ids).__name__}")
-    weights = None
-    if sp_weights is not None:
-        if not isinstance(sp_weights, tf.SparseTensor):
-            raise TypeError(f"sp_weights must be None or a SparseTensor, got "
-                            f"{type(sp_weights).__name__}")
-        weights = sp_weights.values
-    if weights is not None:
-        # As TF: a mismatch known when the graph is built is a ValueError.
-        _check_same_static_shape(sp_ids.values, weights)
-    return sp_ids.values, sp_ids.indices[:, 0], weights, sp_ids.dense_shape[0]
-
-
-def _check_same_static_shape(ids, weights):
-    if not ids.shape.is_compatible_with(weights.shape):
-        raise ValueError(
-            f"sp_weights must have one weight per id: the ids' values have "
-            f"shape {ids.shape}, the weights' {weights.shape}")
+        return _bags.from_ragged(sp_ids, sp_weights, names=names)
+    if isinstance(sp_ids, tf.SparseTensor):
+        return _bags.from_sparse(sp_ids, sp_weights, names=names)
+    raise TypeError(f"sp_ids must be a SparseTensor or RaggedTensor, got "
+                    f"{type(sp_ids).__name__}")
 
 
 def _row_major(sparse_ids, sparse_weights):
@@ -230,14 +190,15 @@ def embedding_lookup_sparse(table, sp_ids, sp_weights=None, combiner="mean",
     del allow_fast_lookup
     if combiner is None:
         combiner = "mean"
-    _check_combiner(combiner)
+    _bags.check_combiner(combiner)
     _reject_max_norm(max_norm)
     with tf.name_scope(name or "embedding_lookup_sparse"):
-        ids, segment_ids, weights, num_rows = _ids_segments_weights(
-            sp_ids, sp_weights)
-        num_segments = None if isinstance(sp_ids, tf.SparseTensor) else num_rows
-        return fused_decode_axpy(table, ids, segment_ids, weights, combiner,
-                                 num_segments)
+        bags = _bags_of(sp_ids, sp_weights)
+        # As TF: a SparseTensor gives max(row index) + 1 rows.
+        num_segments = (None if isinstance(sp_ids, tf.SparseTensor)
+                        else bags.num_bags)
+        return fused_decode_axpy(table, bags.ids, bags.segment_ids,
+                                 bags.weights, combiner, num_segments)
 
 
 def safe_embedding_lookup_sparse(table, sparse_ids, sparse_weights=None,
@@ -267,7 +228,7 @@ def safe_embedding_lookup_sparse(table, sparse_ids, sparse_weights=None,
     del allow_fast_lookup
     if combiner is None:
         combiner = "mean"
-    _check_combiner(combiner)
+    _bags.check_combiner(combiner)
     _reject_max_norm(max_norm)
     with tf.name_scope(name or "safe_embedding_lookup_sparse"):
         if isinstance(sparse_ids, tf.RaggedTensor):
@@ -279,7 +240,9 @@ def safe_embedding_lookup_sparse(table, sparse_ids, sparse_weights=None,
         sparse_ids = tf.sparse.reshape(
             sparse_ids, tf.stack([flat_rows, original_shape[-1]]))
         if sparse_weights is not None:
-            _check_same_static_shape(sparse_ids.values, sparse_weights.values)
+            _bags.check_one_weight_per_id(sparse_ids.values,
+                                          sparse_weights.values,
+                                          name="sp_weights")
             sparse_weights = tf.SparseTensor(
                 sparse_ids.indices, sparse_weights.values,
                 sparse_ids.dense_shape)
@@ -298,10 +261,10 @@ def safe_embedding_lookup_sparse(table, sparse_ids, sparse_weights=None,
             if sparse_weights is not None:
                 sparse_weights, _ = tf.sparse.fill_empty_rows(
                     sparse_weights, tf.cast(1.0, sparse_weights.dtype))
-        ids, segment_ids, weights, num_rows = _ids_segments_weights(
-            sparse_ids, sparse_weights)
-        pooled = fused_decode_axpy(table, ids, segment_ids, weights,
-                                   combiner, num_rows)
+        bags = _bags.from_sparse(sparse_ids, sparse_weights,
+                                 names=("sparse_ids", "sp_weights"))
+        pooled = fused_decode_axpy(table, bags.ids, bags.segment_ids,
+                                   bags.weights, combiner, bags.num_bags)
         out_shape = tf.concat(
             [tf.cast(original_shape[:-1], tf.int64),
              tf.shape(pooled, out_type=tf.int64)[1:]], 0)

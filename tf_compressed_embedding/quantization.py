@@ -123,3 +123,36 @@ def scales_shape(fmt, rows):
 def storage_dtype(fmt):
     """The numpy dtype of ``data`` in format ``fmt``."""
     return np.dtype(np.int8) if check_format(fmt) == "int8" else np.dtype(np.float16)
+
+
+def max_decode_error(fmt, row_max_abs):
+    """The largest |decode(encode(x)) - x| in a row whose largest |x| is
+    ``row_max_abs`` (an array or scalar): half a quantization step, ``scale /
+    2 = max|row| / 254`` for int8; half a unit in the last place of a float16
+    normal (``max|row| * 2**-11``) for fp16."""
+    row_max_abs = np.asarray(row_max_abs, np.float64)
+    if check_format(fmt) == "int8":
+        return row_max_abs / (2 * INT8_MAX)
+    return row_max_abs * 2.0 ** -11
+
+
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
+
+
+def pooled_error_bound(magnitude, count, denominator):
+    """The bound on a pooled output element's float32 error, against the
+    exact pooling of the decoded rows (what the kernels guarantee).
+
+    ``magnitude`` is ``sum_i |w_i x_i|`` over the ``count`` terms of the
+    bag, ``denominator`` the combiner's (1, ``sum w`` or ``sqrt(sum w**2)``).
+    The kernels fold an int8 row's weight into its scale and accumulate in
+    float32 in any order, with FMAs, then divide once: each term is within
+    two roundings of ``w_i x_i``, and each of the ``count`` adds, the final
+    add of two partial sums and the divide round once, so
+    ``|got - want| <= (2 count + 4) eps32 magnitude / |denominator|``
+    (the C++ tests use the same bound, tests/cc). Flush-to-zero of tiny
+    terms is not covered (the fuzzer adds it).
+    """
+    magnitude = np.asarray(magnitude, np.float64)
+    return ((2 * np.asarray(count, np.float64) + 4) * FLOAT32_EPS
+            * magnitude / np.abs(np.asarray(denominator, np.float64)))

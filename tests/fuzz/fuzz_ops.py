@@ -92,7 +92,6 @@ ISA = tfce.active_isa()  # the kernel row of this process (TFCE_ISA)
 F32 = np.finfo(np.float32)
 FLT_MAX = float(F32.max)
 FLT_MIN = float(F32.tiny)  # smallest normal; TF runs kernels with FTZ/DAZ
-EPS32 = float(F32.eps)
 
 MAX_OUTPUT_BYTES = 1 << 20  # largest output (plus offsets) a valid call gets
 # An allocation this large fails on any 64-bit machine (user address space
@@ -637,13 +636,9 @@ def pool_bound(terms, droppable, denom):
 
     terms[i, d] = float32(w_i * scale_i) * value(ids[i])[d] in float64 (the
     weight folded into the int8 scale as the kernels do; w_i * value for
-    fp16). The kernels accumulate in float32 in any order, with FMAs, then
-    divide once:
-    each term differs from terms[i] by at most two roundings, and each of the
-    L adds, the final add of two partial sums and the divide round once, so
-    |got - want| <= (2L + 4) eps sum|terms| / |denom|. Terms that FTZ/DAZ
-    may drop count in full, plus FLT_MIN per operation for flushed partial
-    results. Elements where a float32 intermediate may overflow, and dropped
+    fp16). The bound is the kernels' (quantization.pooled_error_bound) plus
+    what flush-to-zero adds: terms that FTZ/DAZ may drop count in full, plus
+    FLT_MIN per operation for flushed partial results. Elements where a float32 intermediate may overflow, and dropped
     non-finite terms (0 * Inf versus w * Inf), are not checked.
     """
     n = terms.shape[0]
@@ -652,8 +647,8 @@ def pool_bound(terms, droppable, denom):
     dropped = np.where(droppable & finite, np.abs(terms), 0).sum(axis=0)
     want = terms.sum(axis=0) / np.float64(denom)
     scale = 1 / abs(np.float64(denom)) if denom != 0 else np.inf
-    bound = ((2 * n + 4) * EPS32 * magnitude + dropped
-             + (n + 2) * 2 * FLT_MIN) * scale + FLT_MIN
+    bound = (quantization.pooled_error_bound(magnitude, n, denom)
+             + (dropped + (n + 2) * 2 * FLT_MIN) * scale + FLT_MIN)
     checked = ((magnitude < FLT_MAX / 4) & (magnitude * scale < FLT_MAX / 4)
                & ~np.any(droppable & ~finite, axis=0))
     return want, bound, checked

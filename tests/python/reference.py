@@ -3,8 +3,6 @@ import numpy as np
 
 from tf_compressed_embedding import quantization
 
-EPS32 = np.finfo(np.float32).eps
-
 
 def random_table(rng, rows, dim, scale=1.0):
     return (rng.standard_normal((rows, dim)) * scale).astype(np.float32)
@@ -22,8 +20,7 @@ def lookup(table64, ids):
 
 def pool(table64, ids, segment_ids, weights, combiner, num_segments):
     """Returns (expected, bound): the float64 result and, per element, the
-    bound on a float32 sequential accumulation's error:
-    (L + 2) * eps32 * sum|w x| / |denom| (L terms, a divide, a rounding)."""
+    kernels' float32 error bound (quantization.pooled_error_bound)."""
     ids = np.asarray(ids, np.int64)
     segment_ids = np.asarray(segment_ids, np.int64)
     dim = table64.shape[1]
@@ -45,7 +42,8 @@ def pool(table64, ids, segment_ids, weights, combiner, num_segments):
         if denom == 0:
             continue
         out[s] = total / denom
-        bound[s] = (sel.sum() + 2) * EPS32 * magnitude / abs(denom)
+        bound[s] = quantization.pooled_error_bound(magnitude, sel.sum(),
+                                                   denom)
     return out, bound + 1e-30
 
 

@@ -4,7 +4,7 @@ test_isa.py, which re-runs this file on every row the CPU supports).
 
 Error bound: the kernels accumulate a bag of L rows in float32, so each
 output element may differ from the exact result by at most
-(L + 2) * eps32 * sum_i |w_i x_i| / |denominator| (reference.pool)."""
+quantization.pooled_error_bound (reference.pool)."""
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized

@@ -1,13 +1,12 @@
-"""Converting trained Keras models to compressed embeddings.
-
-`quantize_embeddings` is re-exported by `tf_compressed_embedding.layers`;
-this module holds it and the conversion of Keras' own int8 Embedding layout.
-"""
+"""Converting trained Keras models to compressed embeddings: a copy of a
+model with its tables compressed, and Keras' own int8 Embedding layout in
+the ``"int8"`` format."""
 import keras
 import numpy as np
-import tensorflow as tf
 
 from tf_compressed_embedding import quantization
+from tf_compressed_embedding.keras.layer import (CompressedEmbedding,
+                                                 float_policy, to_numpy)
 
 
 def quantize_embeddings(model, mode, min_rows=0):
@@ -48,8 +47,6 @@ def quantize_embeddings(model, mode, min_rows=0):
         int8 (or int8 with LoRA enabled).
       TypeError: ``model`` is not a ``keras.Model``.
     """
-    from tf_compressed_embedding.layers import CompressedEmbedding
-
     quantization.check_format(mode)
     if (isinstance(min_rows, bool)
             or not isinstance(min_rows, (int, np.integer)) or min_rows < 0):
@@ -63,7 +60,7 @@ def quantize_embeddings(model, mode, min_rows=0):
 
     def clone(layer):
         if _is_table(layer) and layer.input_dim >= min_rows:
-            return _compressed_copy(layer, mode, CompressedEmbedding)
+            return _compressed_copy(layer, mode)
         new = layer.__class__.from_config(layer.get_config())
         # Functional graphs also hold stateless ops (e.g. a mask's
         # NotEqual); only layers have weights to copy.
@@ -95,15 +92,15 @@ def quantize_embeddings(model, mode, min_rows=0):
     return converted
 
 
-def _compressed_copy(layer, mode, layer_class):
+def _compressed_copy(layer, mode):
     """A built CompressedEmbedding holding ``layer``'s table in ``mode``."""
     if not layer.built:
         raise ValueError(f"embedding layer {layer.name!r} is not built: "
                          f"convert a trained (built) model")
     keras_mode = layer.quantization_mode
-    if isinstance(layer, layer_class) or keras_mode is None:
+    if isinstance(layer, CompressedEmbedding) or keras_mode is None:
         # .embeddings of a keras Embedding with LoRA is the merged table.
-        table = _numpy(layer.embeddings)
+        table = to_numpy(layer.embeddings)
         data, scales = quantization.encode(table, mode)
     elif keras_mode == "int8":
         if layer.lora_enabled:
@@ -112,15 +109,15 @@ def _compressed_copy(layer, mode, layer_class):
                 f"merge the LoRA weights into a float32 table first")
         mode = "int8"
         data, scales = keras_int8_to_tfce(
-            _numpy(layer.embeddings),
-            _numpy(layer.embeddings_scale), layer.name)
+            to_numpy(layer.embeddings),
+            to_numpy(layer.embeddings_scale), layer.name)
     else:
         raise ValueError(
             f"Embedding {layer.name!r} is quantized by Keras to "
             f"{keras_mode!r}, which has no exact compressed equivalent; "
             f"convert the float32 model (only Keras int8 converts directly)")
     config = layer.get_config()
-    new = layer_class(
+    new = CompressedEmbedding(
         input_dim=layer.input_dim, output_dim=layer.output_dim,
         embeddings_initializer=config.get("embeddings_initializer"),
         embeddings_regularizer=config.get("embeddings_regularizer"),
@@ -130,24 +127,10 @@ def _compressed_copy(layer, mode, layer_class):
         combiner=getattr(layer, "combiner", None),
         quantization_mode=mode,
         name=layer.name, trainable=layer.trainable,
-        dtype=_float_policy(layer.dtype_policy))
+        dtype=float_policy(layer.dtype_policy))
     new.build()
     new.set_weights([data, scales])
     return new
-
-
-def _numpy(value):
-    """A numpy copy of a Keras variable or tensor (np.array() of a Keras
-    variable goes through a deprecated numpy path)."""
-    return tf.convert_to_tensor(value).numpy()
-
-
-def _float_policy(policy):
-    """The float policy a (possibly Keras-quantized) layer computes in."""
-    if policy.quantization_mode is None:
-        return policy.name
-    # QuantizedDTypePolicy "int8_from_<source>": the source float policy.
-    return policy.get_config()["source_name"]
 
 
 def keras_int8_to_tfce(values, inverse_scales, name="embedding"):

@@ -1,0 +1,617 @@
+"""Keras 3 layer over compressed embedding tables: `CompressedEmbedding`.
+
+A drop-in for ``keras.layers.Embedding`` that trains a float32 table like
+Keras does and, after :meth:`CompressedEmbedding.quantize`, serves it from an
+INT8 (one float32 scale per row) or FP16 table through the package's ops.
+With a ``combiner`` it also pools multi-valued features (padded, ragged or
+sparse bags of ids) into one vector per example, fused with the decoding.
+
+    import keras
+    import tf_compressed_embedding as tfce
+    from tf_compressed_embedding.layers import CompressedEmbedding
+
+    ids = keras.Input(shape=(None,), dtype="int64")
+    layer = CompressedEmbedding(10000, 32, mask_zero=True, combiner="mean")
+    pooled = layer(ids)
+    ...build the model, train it as usual...
+    layer.quantize("int8")                                 # in place, or
+    served = tfce.layers.quantize_embeddings(model, "int8")  # a copy
+
+Ids. Ids must be integers in ``[-input_dim, input_dim)``; a negative id ``i``
+means row ``input_dim + i``, as in ``keras.layers.Embedding`` (whose
+``ops.take`` wraps negative indices the same way). Any other id is a
+``tf.errors.InvalidArgumentError`` naming the id and the range ``[0, V)``,
+raised by ``tf.gather`` for the float32 table and by the compressed ops once
+quantized. Float ids are accepted when they hold whole numbers (Keras'
+default ``Input`` dtype is float32); a float id with a fractional part is an
+``InvalidArgumentError`` where Keras would truncate it silently. Other dtypes
+are a ``TypeError``.
+"""
+import collections
+import warnings
+import weakref
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_compressed_embedding import _bags
+from tf_compressed_embedding import ops as tfce_ops
+from tf_compressed_embedding import quantization, supported_versions
+from tf_compressed_embedding.keras._float_pooling import pool
+
+COMBINERS = _bags.COMBINERS
+_NO_LORA = ("CompressedEmbedding does not support LoRA (lora_rank, "
+            "lora_alpha, enable_lora): train a keras.layers.Embedding with "
+            "LoRA and convert the model with quantize_embeddings()")
+QUANTIZATION_MODES = quantization.FORMATS
+
+if supported_versions.keras_too_old(keras.__version__):
+    warnings.warn(supported_versions.keras_too_old(keras.__version__),
+                  stacklevel=2)
+
+# What the ops read: anything with .data and .scales (see ops._table_inputs).
+_OpTable = collections.namedtuple("_OpTable", ["data", "scales"])
+
+
+class UnsupportedQuantizationModeError(ValueError, NotImplementedError):
+    """A quantization mode this layer does not implement.
+
+    A ``ValueError`` for callers of :meth:`CompressedEmbedding.quantize`;
+    also a ``NotImplementedError`` so that ``keras.Model.quantize("int4")``
+    (which skips layers raising that, with a warning) still quantizes the
+    other layers of a model that contains this one.
+    """
+
+
+@keras.saving.register_keras_serializable(package="tf_compressed_embedding")
+class CompressedEmbedding(keras.layers.Layer):
+    """``keras.layers.Embedding`` with compressed storage and pooling.
+
+    Float32 mode (the default) trains like ``keras.layers.Embedding``: the
+    table is ``self.embeddings``, a trainable float32 ``[input_dim,
+    output_dim]`` variable whose gradients are ``tf.IndexedSlices``.
+    :meth:`quantize` compresses it in place to ``"int8"`` or ``"fp16"``;
+    the float32 table is dropped and nothing is trainable afterwards.
+
+    ``combiner=None``: ``ids`` of any shape give ``ids.shape + [output_dim]``
+    (ragged ids a ragged result; sparse ids ``[B, L]`` a dense ``[B, L, D]``
+    with row 0 where no id is given, as Keras' does)
+    and, with ``mask_zero=True``, the mask ``ids != 0`` — the behaviour of
+    ``keras.layers.Embedding``.
+
+    ``combiner="sum" | "mean" | "sqrtn"``: every row of ids is a bag, pooled
+    to one vector: ``out[b] = sum_i w_bi x_bi`` divided by ``sum_i w_bi``
+    (mean) or ``sqrt(sum_i w_bi**2)`` (sqrtn), ``x_bi`` the row of id
+    ``ids[b, i]`` and ``w_bi`` its weight (1 without ``weights``) — the
+    semantics of ``tf.nn.embedding_lookup_sparse``. An empty bag (or a zero
+    denominator) gives zeros. Inputs:
+
+    - a dense ``[B, L]`` tensor of padded ids. Padding is excluded with
+      ``mask_zero=True`` (id 0 is padding: the same result as
+      ``keras.layers.Embedding(mask_zero=True)`` followed by a masked
+      ``GlobalAveragePooling1D`` for ``"mean"``) and/or the ``mask`` call
+      argument, a ``[B, L]`` boolean tensor that is True for real ids;
+    - a ``tf.RaggedTensor`` ``[B, (ids)]``;
+    - a ``tf.SparseTensor`` ``[B, L]`` with indices in row-major order (as
+      ``tf.nn.embedding_lookup_sparse`` requires); every one of the ``B``
+      rows gets an output row, empty ones included.
+
+    With ``mask_zero=True`` id 0 is dropped from the bags of every input
+    kind. The output is ``[B, output_dim]`` and carries no mask.
+
+    Args:
+      input_dim: number of rows ``V`` (vocabulary size), a positive int.
+      output_dim: embedding size ``D``, a positive int.
+      embeddings_initializer: initializer of the float32 table.
+      embeddings_regularizer: regularizer of the float32 table.
+      embeddings_constraint: constraint of the float32 table.
+      mask_zero: whether id 0 is padding (see above).
+      weights: optional initial values: the float32 table ``[V, D]`` (or a
+        one-element list of it), or ``[data, scales]`` when constructed with
+        ``quantization_mode``.
+      lora_rank, lora_alpha: must be None (LoRA is not supported).
+      quantization_config: must be None (the formats are fixed, see
+        ``tf_compressed_embedding.quantization``).
+      combiner: None, ``"sum"``, ``"mean"`` or ``"sqrtn"``.
+      quantization_mode: None (float32), ``"int8"`` or ``"fp16"``: creates the
+        layer directly in compressed mode, with zero-filled variables that
+        ``load_own_variables`` / ``set_weights`` then fill (how ``from_config``
+        rebuilds a quantized layer).
+      **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``,
+        ``trainable``, ...).
+
+    Call arguments:
+      inputs: ids, as described above.
+      weights: optional per-id float weights with the structure of
+        ``inputs`` (dense ``[B, L]``, ragged or sparse with the same
+        layout); only with a combiner. Gradients flow to them.
+      mask: optional ``[B, L]`` boolean tensor for dense ids with a
+        combiner. Ignored with ``combiner=None``, as Keras' Embedding does.
+
+    Raises (at call time):
+      TypeError: ids of a non-numeric dtype, or weights not matching ids.
+      ValueError: dense ids not of rank 2 with a combiner; ``weights``
+        without a combiner.
+      tf.errors.InvalidArgumentError: an id outside ``[-V, V)``, or a float
+        id that is not a whole number.
+    """
+
+    def __init__(self, input_dim, output_dim,
+                 embeddings_initializer="uniform", embeddings_regularizer=None,
+                 embeddings_constraint=None, mask_zero=False, weights=None,
+                 lora_rank=None, lora_alpha=None, quantization_config=None,
+                 combiner=None, quantization_mode=None, **kwargs):
+        for arg, value in (("input_dim", input_dim),
+                           ("output_dim", output_dim)):
+            if (not isinstance(value, (int, np.integer))
+                    or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"`{arg}` must be a positive integer, got "
+                                 f"{value!r} (of type {type(value).__name__})")
+        if lora_rank is not None or lora_alpha is not None:
+            raise NotImplementedError(_NO_LORA)
+        if quantization_config is not None:
+            raise NotImplementedError(
+                "CompressedEmbedding takes no quantization_config: its "
+                "formats are fixed (see tf_compressed_embedding.quantization);"
+                " use quantize('int8') or quantize('fp16')")
+        _bags.check_combiner(combiner, allow_none=True)
+        if quantization_mode is not None:
+            _check_mode(quantization_mode)
+        if kwargs.pop("input_length", None) is not None:
+            warnings.warn("Argument `input_length` is deprecated (as in "
+                          "keras.layers.Embedding). Just remove it.")
+        super().__init__(**kwargs)
+        policy_mode = getattr(self.dtype_policy, "quantization_mode", None)
+        if policy_mode is not None:
+            # A Keras quantized policy ("int8_from_float32", what a
+            # Keras-quantized layer's config carries): its mode, computing
+            # in its float source policy.
+            if quantization_mode not in (None, policy_mode):
+                raise ValueError(
+                    f"quantization_mode={quantization_mode!r} contradicts "
+                    f"dtype={self.dtype_policy.name!r}; give one of them")
+            quantization_mode = _check_mode(policy_mode)
+            self.dtype_policy = float_policy(self.dtype_policy)
+        # Keras wraps every layer's quantize() (in Layer.__new__) with checks
+        # that only know Keras' own modes and configs, which would refuse
+        # "fp16"; quantize() below does its own checks, so unwrap it.
+        vars(self).pop("quantize", None)
+        self.input_dim = int(input_dim)
+        self.output_dim = int(output_dim)
+        self.embeddings_initializer = keras.initializers.get(
+            embeddings_initializer)
+        self.embeddings_regularizer = keras.regularizers.get(
+            embeddings_regularizer)
+        self.embeddings_constraint = keras.constraints.get(
+            embeddings_constraint)
+        self.mask_zero = bool(mask_zero)
+        self.combiner = combiner
+        # Pooled outputs carry no mask, but pooling consumes incoming masks.
+        self.supports_masking = self.mask_zero or combiner is not None
+        # Ids are not cast to the compute dtype; the output is, at the end.
+        self.autocast = False
+        # XLA cannot compile the compressed ops, nor segment sums whose
+        # number of segments is only known at run time.
+        self.supports_jit = False
+        self._quantization_mode = quantization_mode
+        # Models that ran this layer in float32 mode (see _note_model).
+        self._models_run_in = weakref.WeakSet()
+        if weights is not None:
+            self.build()
+            if not (isinstance(weights, list)
+                    and len(weights) == len(self.weights)):
+                weights = [weights]
+            self.set_weights(weights)
+
+    # ---------------------------------------------------------------- state
+
+    def build(self, input_shape=None):
+        """Creates the float32 table, or the compressed variables when the
+        layer was constructed with ``quantization_mode``. Input shapes are
+        not needed (any id shape works)."""
+        if self.built:
+            return
+        if self._quantization_mode is None:
+            self._embeddings = self.add_weight(
+                shape=(self.input_dim, self.output_dim),
+                initializer=self.embeddings_initializer,
+                name="embeddings",
+                regularizer=self.embeddings_regularizer,
+                constraint=self.embeddings_constraint,
+                trainable=True,
+                # Under mixed precision, gather and pool in float32 and cast
+                # the result (not the whole table) to the compute dtype.
+                autocast=False)
+        else:
+            self._add_compressed_weights(self._quantization_mode)
+        self.built = True
+
+    def _add_compressed_weights(self, mode, data=None, scales=None):
+        """Adds the non-trainable (data, scales) variables in the layout of
+        ``CompressedTable``, initialized with ``data``/``scales`` if given
+        (so quantize() holds the encoded table once, not zeros plus it)."""
+        rows = self.input_dim
+        data_shape = (rows, self.output_dim)
+        scales_shape = quantization.scales_shape(mode, rows)
+        self.embeddings_data = self.add_weight(
+            shape=data_shape,
+            initializer=_value_or_zeros(data),
+            dtype=quantization.storage_dtype(mode).name,
+            name="embeddings_data",
+            trainable=False,
+            autocast=False)
+        self.embeddings_scales = self.add_weight(
+            shape=scales_shape,
+            initializer=_value_or_zeros(scales),
+            dtype="float32",
+            name="embeddings_scales",
+            trainable=False,
+            # The ops take float32 scales, whatever the compute dtype.
+            autocast=False)
+
+    @property
+    def embeddings(self):
+        """The trainable float32 table ``[input_dim, output_dim]`` (float32
+        mode only; a quantized layer keeps no float32 copy)."""
+        if not self.built:
+            raise AttributeError(
+                "You must build the layer before accessing `embeddings`.")
+        if self._quantization_mode is not None:
+            raise AttributeError(
+                f"layer {self.name!r} is quantized to "
+                f"{self._quantization_mode!r} and keeps no float32 table: "
+                f"use `embeddings_data` / `embeddings_scales`, or "
+                f"`dequantize()` for the decoded values")
+        return self._embeddings
+
+    @property
+    def quantization_mode(self):
+        """None (float32 table), ``"int8"`` or ``"fp16"``."""
+        return self._quantization_mode
+
+    def _state_variables(self):
+        if self._quantization_mode is None:
+            return [self._embeddings]
+        return [self.embeddings_data, self.embeddings_scales]
+
+    def enable_lora(self, rank, lora_alpha=None, **kwargs):
+        """Refused: LoRA adapters are not supported (see ``_NO_LORA``)."""
+        raise NotImplementedError(_NO_LORA)
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        """Compresses the float32 table in place (Keras' ``quantize`` API).
+
+        The table is encoded with ``tf_compressed_embedding.quantization``
+        (``"int8"``: int8 rows with one float32 scale per row; ``"fp16"``:
+        float16 rows), the float32 variable is dropped, and later calls use
+        the compressed ops. Nothing is trainable afterwards. Also called by
+        ``keras.Model.quantize("int8")``.
+
+        Functions traced before, on the float32 table: the ``predict`` /
+        ``evaluate`` / ``fit`` functions of every model that ran this layer
+        are reset (as ``keras.Model.quantize`` does), so they are traced
+        again on the compressed table. The float32 variable is emptied (to
+        ``[0, output_dim]``), which frees its memory even while an optimizer
+        or a stale trace holds it, and makes any other function traced on it
+        (your own ``tf.function``, a concrete function) fail loudly with
+        ``indices[...] = i is not in [0, 0)`` instead of computing in
+        float32: trace those again after quantizing.
+
+        Args:
+          mode: ``"int8"`` or ``"fp16"``.
+          type_check: accepted for ``keras.Model.quantize``; unused.
+          config: None, or Keras' default config for ``mode`` (what
+            ``keras.Model.quantize`` passes); a custom weight quantizer is
+            refused, the formats being fixed.
+
+        Raises:
+          ValueError: the layer is not built, is already quantized, or its
+            table holds NaN/Inf (or values beyond float16 for ``"fp16"``).
+          UnsupportedQuantizationModeError (a ValueError): another mode.
+        """
+        del type_check  # a Keras Model.quantize argument; no subclasses here
+        _check_mode(mode)
+        # keras.Model.quantize("int8") passes Keras' default int8 config;
+        # only a custom weight quantizer asks for something we cannot do.
+        if config is not None and (
+                getattr(config, "weight_quantizer", None) is not None
+                or getattr(config, "mode", mode) != mode):
+            raise ValueError(
+                "CompressedEmbedding.quantize takes no custom quantization "
+                "config: its formats are fixed (see "
+                "tf_compressed_embedding.quantization)")
+        if not self.built:
+            raise ValueError(
+                f"Cannot quantize layer {self.name!r}: it is not built yet "
+                f"(call it on some ids or call build() first)")
+        if self._quantization_mode is not None:
+            raise ValueError(
+                f"layer {self.name!r} is already quantized to "
+                f"{self._quantization_mode!r}; quantize a float32 layer")
+        # Encode before touching the layer, so a refused table (NaN, fp16
+        # overflow) leaves it as it was.
+        data, scales = quantization.encode(
+            to_numpy(self._embeddings), mode)
+        float_table = self._embeddings
+        self._tracker.unlock()
+        try:
+            del self._embeddings  # untracks the float32 table
+            self._add_compressed_weights(mode, data, scales)
+        finally:
+            self._tracker.lock()
+        self._quantization_mode = mode
+        self._is_quantized = True  # Keras' marker of quantized layers
+        _empty_variable(float_table)
+        for model in list(self._models_run_in):
+            model.train_function = None
+            model.test_function = None
+            model.predict_function = None
+        self._models_run_in.clear()
+
+    def dequantize(self):
+        """The decoded table as a float32 numpy array ``[V, D]`` (the float32
+        table itself when the layer is not quantized)."""
+        if self._quantization_mode is None:
+            return to_numpy(self.embeddings)
+        return quantization.decode(
+            to_numpy(self.embeddings_data),
+            to_numpy(self.embeddings_scales),
+            self._quantization_mode)
+
+    def save_own_variables(self, store):
+        """Saves the float32 table as ``"0"``, or the compressed data and
+        scales as ``"0"`` and ``"1"`` (no float32 copy)."""
+        if not self.built:
+            return
+        for i, variable in enumerate(self._state_variables()):
+            store[str(i)] = variable
+
+    def load_own_variables(self, store):
+        """Loads what :meth:`save_own_variables` saved; the layer must have
+        been created with the same ``quantization_mode`` (``from_config``
+        does that)."""
+        if not self.built:
+            return
+        variables = self._state_variables()
+        if len(store.keys()) != len(variables):
+            raise ValueError(
+                f"layer {self.name!r} ({_mode_name(self._quantization_mode)}) "
+                f"expects {len(variables)} saved variable(s), found "
+                f"{len(store.keys())}: the file was saved from a layer in "
+                f"another quantization mode")
+        for i, variable in enumerate(variables):
+            value = np.asarray(store[str(i)])
+            if (value.shape != tuple(variable.shape)
+                    or value.dtype != np.dtype(variable.dtype)):
+                raise ValueError(
+                    f"layer {self.name!r}: saved variable {i} is "
+                    f"{value.dtype}{list(value.shape)}, expected "
+                    f"{variable.dtype}{list(variable.shape)} for "
+                    f"{variable.name!r}")
+            variable.assign(value)
+
+    def get_config(self):
+        """The constructor arguments, with ``quantization_mode``."""
+        config = super().get_config()
+        config.update({
+            "input_dim": self.input_dim,
+            "output_dim": self.output_dim,
+            "embeddings_initializer": keras.initializers.serialize(
+                self.embeddings_initializer),
+            "embeddings_regularizer": keras.regularizers.serialize(
+                self.embeddings_regularizer),
+            "activity_regularizer": keras.regularizers.serialize(
+                self.activity_regularizer),
+            "embeddings_constraint": keras.constraints.serialize(
+                self.embeddings_constraint),
+            "mask_zero": self.mask_zero,
+            "combiner": self.combiner,
+            "quantization_mode": self._quantization_mode,
+        })
+        return config
+
+    # ----------------------------------------------------------------- call
+
+    def call(self, inputs, weights=None, mask=None):
+        """Looks up (``combiner=None``) or pools ids; see the class doc."""
+        if self._quantization_mode is None:
+            self._note_model()
+        if self.combiner is None:
+            if weights is not None:
+                raise ValueError(
+                    f"layer {self.name!r}: `weights` need a combiner "
+                    f"('sum', 'mean' or 'sqrtn'); this layer has none")
+            if isinstance(inputs, tf.RaggedTensor):
+                # A ragged row per id, as keras.layers.Embedding gives.
+                return tf.ragged.map_flat_values(self._rows, inputs)
+            if isinstance(inputs, tf.SparseTensor):
+                # As keras.layers.Embedding: dense [B, L, D], positions
+                # without an id get row 0.
+                inputs = tf.sparse.to_dense(inputs)
+            return self._rows(tf.convert_to_tensor(inputs))
+
+        bags = self._bags(inputs, weights, mask)
+        if self._quantization_mode is None:
+            out = pool(self._embeddings.value, bags, self.combiner)
+        else:
+            out = tfce_ops.fused_decode_axpy(
+                self._op_table(), *bags[:3], self.combiner, bags.num_bags)
+        # The ops cannot infer the number of bags; the input often can.
+        shape = getattr(inputs, "shape", None)
+        batch = shape[0] if shape is not None and shape.rank else None
+        out = tf.ensure_shape(out, [batch, self.output_dim])
+        return tf.cast(out, self.compute_dtype)
+
+    def quantized_call(self, *args, **kwargs):
+        """What Keras runs instead of call() once ``quantization_mode`` is set
+        (it dispatches on it to ``_int8_call`` etc.); call() handles both
+        modes."""
+        return self.call(*args, **kwargs)
+
+    def _rows(self, ids):
+        """``ids.shape + [D]``: the table's rows, in the compute dtype."""
+        ids = self._valid_ids(ids)
+        if self._quantization_mode is None:
+            # ResourceGather: the table's gradient is IndexedSlices.
+            out = tf.gather(self._embeddings.value, ids)
+        else:
+            out = tfce_ops.compressed_embedding_lookup(self._op_table(), ids)
+        return tf.cast(out, self.compute_dtype)
+
+    def _note_model(self):
+        """Remembers the model this call runs in, so that quantize() can
+        reset the functions that model traced on the float32 table."""
+        model = _entry_layer()
+        if isinstance(model, keras.Model) and model is not self:
+            self._models_run_in.add(model)
+
+    def _op_table(self):
+        # .value is the tf.Variable itself, which ops._read reads without
+        # a copy (a Keras Variable would be converted to a dense tensor).
+        return _OpTable(self.embeddings_data.value,
+                        self.embeddings_scales.value)
+
+    def _valid_ids(self, ids):
+        """Integer ids with negatives in [-V, 0) wrapped as Keras does.
+
+        Ids below -V are left negative so the gather / op error names the id
+        the caller passed.
+        """
+        ids = _integer_ids(ids, self.name)
+        rows = tf.constant(self.input_dim, ids.dtype)
+        return tf.where((ids < 0) & (ids >= -rows), ids + rows, ids)
+
+    def _bags(self, inputs, weights, mask):
+        """The bags of ``inputs`` (see the class doc), with valid ids."""
+        owner = f"layer {self.name!r}: "
+        if isinstance(inputs, tf.RaggedTensor):
+            self._reject_mask(mask, "a RaggedTensor")
+            bags = _bags.from_ragged(inputs, weights, owner)
+        elif isinstance(inputs, tf.SparseTensor):
+            if inputs.shape.rank is not None and inputs.shape.rank != 2:
+                raise ValueError(
+                    f"{owner}sparse ids must have shape [batch, length], "
+                    f"got rank {inputs.shape.rank}")
+            self._reject_mask(mask, "a SparseTensor")
+            bags = _bags.from_sparse(inputs, weights, owner)
+        else:
+            dense = tf.convert_to_tensor(inputs)
+            if dense.shape.rank != 2:
+                raise ValueError(
+                    f"{owner}(combiner={self.combiner!r}) pools rows of ids: "
+                    f"dense ids must be [batch, length], got shape "
+                    f"{dense.shape}")
+            bags = _bags.from_dense(dense, weights, mask, owner)
+        if self.mask_zero:
+            bags = _bags.without_id(bags)
+        return _bags.Bags(self._valid_ids(bags.ids),
+                          tf.cast(bags.segment_ids, tf.int64), bags.weights,
+                          tf.cast(bags.num_bags, tf.int64))
+
+    def _reject_mask(self, mask, kind):
+        if mask is not None:
+            raise ValueError(
+                f"layer {self.name!r}: `mask` is for dense padded ids; "
+                f"{kind} holds only real ids (leave mask=None)")
+
+    def compute_mask(self, inputs, mask=None):
+        """``ids != 0`` with ``mask_zero`` and no combiner (as Keras'
+        Embedding); pooled outputs have no mask."""
+        if not self.mask_zero or self.combiner is not None:
+            return None
+        return keras.ops.not_equal(inputs, 0)
+
+    def compute_output_shape(self, input_shape):
+        """``input_shape + (D,)``, or ``(B, D)`` with a combiner."""
+        if self.combiner is None:
+            return (*input_shape, self.output_dim)
+        return (input_shape[0], self.output_dim)
+
+    def compute_output_spec(self, inputs, weights=None, mask=None):
+        """The symbolic output (for functional models): ragged for ragged
+        ids without a combiner, dense otherwise."""
+        # Only Keras versions with ragged KerasTensors (3.6 on) give ragged
+        # inputs, and only they take the argument.
+        ragged = self.combiner is None and getattr(inputs, "ragged", False)
+        return keras.KerasTensor(self.compute_output_shape(inputs.shape),
+                                 dtype=self.compute_dtype,
+                                 **({"ragged": True} if ragged else {}))
+
+
+def _entry_layer():
+    """The outermost layer of the Keras call in progress (the model whose
+    ``predict`` / ``fit`` is running), from Keras' call context; None outside
+    one. A private Keras API (see docs/compatibility.md): if it moves, no
+    model is noted, and a stale function fails loudly instead (see
+    quantize)."""
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:
+        return None
+    context = global_state.get_global_attribute("current_call_ctx")
+    return getattr(context, "entry_layer", None)
+
+
+def _empty_variable(variable):
+    """Assigns ``[0, D]`` to a float32 table variable: its memory is freed
+    whoever still holds the variable, and a gather from it fails."""
+    value = variable.value  # the tf.Variable under the Keras variable
+    tf.raw_ops.AssignVariableOp(
+        resource=value.handle,
+        value=tf.zeros([0, *value.shape[1:]], value.dtype),
+        validate_shape=False)
+
+
+def _check_mode(mode):
+    if mode not in QUANTIZATION_MODES:
+        raise UnsupportedQuantizationModeError(
+            f"CompressedEmbedding quantization mode must be one of "
+            f"{', '.join(repr(m) for m in QUANTIZATION_MODES)}, got {mode!r}")
+    return mode
+
+
+def _mode_name(mode):
+    return "float32" if mode is None else mode
+
+
+def _value_or_zeros(value):
+    if value is None:
+        return "zeros"
+    return lambda shape, dtype=None: value
+
+
+def _integer_ids(ids, layer_name):
+    """int32/int64 ids; whole-number floats are converted, others refused."""
+    if ids.dtype in (tf.int32, tf.int64):
+        return ids
+    if ids.dtype.is_integer:
+        return tf.cast(ids, tf.int64)
+    if ids.dtype.is_floating:
+        as_int = tf.cast(ids, tf.int64)
+        # NaN, fractions and values beyond int64 all fail the round trip.
+        check = tf.debugging.assert_equal(
+            tf.cast(as_int, ids.dtype), ids,
+            message=f"layer {layer_name!r}: ids must be whole numbers, got "
+                    f"{ids.dtype.name} ids with a fractional part (or NaN)")
+        with tf.control_dependencies([check]):
+            return tf.identity(as_int)
+    raise TypeError(f"layer {layer_name!r}: ids must be integers, got "
+                    f"dtype {ids.dtype.name}")
+
+
+def to_numpy(value):
+    """A numpy copy of a Keras variable or tensor (np.array() of a Keras
+    variable goes through a deprecated numpy path)."""
+    return tf.convert_to_tensor(value).numpy()
+
+
+def float_policy(policy):
+    """The float policy a (possibly Keras-quantized) layer computes in."""
+    if policy.quantization_mode is None:
+        return policy.name
+    # QuantizedDTypePolicy "int8_from_<source>": the source float policy.
+    return policy.get_config()["source_name"]
+
+
+__all__ = ["CompressedEmbedding", "UnsupportedQuantizationModeError"]
