@@ -123,3 +123,14 @@ def scales_shape(fmt, rows):
 def storage_dtype(fmt):
     """The numpy dtype of ``data`` in format ``fmt``."""
     return np.dtype(np.int8) if check_format(fmt) == "int8" else np.dtype(np.float16)
+
+
+def max_decode_error(fmt, row_max_abs):
+    """The largest |decode(encode(x)) - x| in a row whose largest |x| is
+    ``row_max_abs`` (an array or scalar): half a quantization step, ``scale /
+    2 = max|row| / 254`` for int8; half a unit in the last place of a float16
+    normal (``max|row| * 2**-11``) for fp16."""
+    row_max_abs = np.asarray(row_max_abs, np.float64)
+    if check_format(fmt) == "int8":
+        return row_max_abs / (2 * INT8_MAX)
+    return row_max_abs * 2.0 ** -11
