@@ -64,7 +64,7 @@ def test_prefetch_policy_quick():
 def test_op_bench_pair_speedup_takes_the_loop_floor_out_of_both():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     try:
-        import op_bench
+        import op_bench_report
     finally:
         sys.path.pop(0)
     times = {  # cell -> (ours, theirs, empty loop), ns/row
@@ -91,12 +91,12 @@ def test_op_bench_pair_speedup_takes_the_loop_floor_out_of_both():
         return product ** (1 / len(xs))
 
     raw = geomean([t / o for o, t, _ in times.values()])
-    assert op_bench.pair_speedup(rows, index, "ours", "theirs", 1) == \
+    assert op_bench_report.pair_speedup(rows, index, "ours", "theirs", 1) == \
         f"{raw:.2f}×"
     # One floor per L, the median over its cells: 30 at L = 1, 3 at L = 20.
-    assert op_bench.loop_floors(rows, 1) == {1: 30.0, 20: 3.0}
+    assert op_bench_report.loop_floors(rows, 1) == {1: 30.0, 20: 3.0}
     kept = [(70 - 30) / (50 - 30), (90 - 30) / (45 - 30),
             (65 - 30) / (60 - 30), (40 - 3) / (8 - 3), (30 - 3) / (9 - 3)]
-    assert op_bench.pair_speedup(rows, index, "ours", "theirs", 1, True) == \
+    assert op_bench_report.pair_speedup(rows, index, "ours", "theirs", 1, True) == \
         f"{geomean(kept):.2f}× (5 of 7 cells)"
-    assert op_bench.pair_speedup(rows, index, "ours", "theirs", 2) == "–"
+    assert op_bench_report.pair_speedup(rows, index, "ours", "theirs", 2) == "–"
