@@ -3,7 +3,7 @@
 
 Run from the repo root:
 
-    python benchmarks/op_bench.py            # full grid, 1 and 2 threads (~20-30 min on 2 cores)
+    python benchmarks/op_bench.py            # full grid, 1 and 2 threads (~10-15 min on 2 cores)
     python benchmarks/op_bench.py --quick    # smoke test, < 1 min; writes *_quick files only
 
 Subsets: --rows 2M --dims 12,64 --lens 20 --dists uniform,zipf --threads 1
