@@ -6,6 +6,7 @@ import statistics
 import sys
 
 from _harness import charts, host
+from _harness import markdown as md
 from _harness.timing import geomean
 from op_bench_systems import NOPOOL_REF, REF, SHORT, SYSTEMS, row_bytes
 
@@ -85,6 +86,21 @@ def fmt_num(v):
     return f"{v:.2f}"
 
 
+def ns_cell(r, ref_name, speedup_col):
+    """A table cell: ns/row and, in brackets, the speedup in column
+    ``speedup_col``; the reference system's in bold, ⚠ where its check
+    failed, "–" where it did not run."""
+    if r is None:
+        return "–"
+    if r["system"] == ref_name:
+        return f"**{fmt_num(r['ns_per_row'])}**"
+    sp = r[speedup_col]
+    if sp == "":
+        return fmt_num(r["ns_per_row"])
+    mark = "" if r["check_ok"] in (True, "") else " ⚠"
+    return f"{fmt_num(r['ns_per_row'])} ({sp:.2f}){mark}"
+
+
 def loop_floors(rows, threads):
     """{L: median ns/row of the empty TF loop over the cells of this thread
     count}: one value per bag length, as the floor touches no table and its
@@ -152,14 +168,13 @@ def thread_scaling_lines(rows, index):
                 f"show 1-thread time / {t}-thread time (> 1: the threads "
                 "help). Cells with L >= 20; the target rows are the 2M-row "
                 "tables at L = 80.\n",
-                "| R | D | L | ids | " + " | ".join(n for _, n in SCALING) + " |",
-                "|---|---|---|---|" + "---|" * len(SCALING)]
+                *md.header(["R", "D", "L", "ids", *(n for _, n in SCALING)])]
         target = [c for c in cells if c[0] == max(c[0] for c in cells)
                   and c[2] == 80]
         for cell in target:
             R, D, L, dist = cell
-            out.append(f"| {fmt_rows(R)} | {D} | {L} | {dist} | " + " | ".join(
-                fmt(ratio(cell, n)) for n, _ in SCALING) + " |")
+            out.append(md.row([fmt_rows(R), D, L, dist, *(
+                fmt(ratio(cell, n)) for n, _ in SCALING)]))
         for label, group in (("geometric mean, these rows", target),
                              (f"geometric mean, the {len(cells)} cells with "
                               "L >= 20", cells)):
@@ -232,9 +247,8 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
         "elsparse is in the CSV). > 1 = faster.\n")
     present = [n for n in pooled + nopool
                if any(r["system"] == n for r in rows)]
-    add("| system | " + " | ".join(f"{t} thread{'s' if t > 1 else ''}"
-                                    for t in threads_list) + " |")
-    add("|---|" + "---|" * len(threads_list))
+    lines.extend(md.header(["system", *(f"{t} thread{'s' if t > 1 else ''}"
+                                        for t in threads_list)]))
     for n in present:
         vals = []
         for t in threads_list:
@@ -245,7 +259,7 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
             vals.append(f"{g:.2f}×" if g else "–")
         ref_name = (" (vs tf.gather)" if SYSTEMS[n][2] == "nopool"
                     else "")
-        add(f"| {SYSTEMS[n][0]}{ref_name} | " + " | ".join(vals) + " |")
+        add(md.row([f"{SYSTEMS[n][0]}{ref_name}", *vals]))
     for a, b in (("tfce_int8", "pt_int8_bag"), ("tfce_fp16", "pt_fp16_bag"),
                  ("tfce_int8", "tf_naive_int8"), ("tfce_int8", "pt_fp32_bag"),
                  ("tfce_lookup_int8", "tf_naive_lookup_int8"),
@@ -253,8 +267,7 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
         vals = [pair_speedup(rows, index, a, b, t)
                 for t in threads_list]
         if any(v != "–" for v in vals):
-            add(f"| *{SHORT[a]} speedup over {SHORT[b]}* | "
-                + " | ".join(vals) + " |")
+            add(md.row([f"*{SHORT[a]} speedup over {SHORT[b]}*", *vals]))
     floor_pairs = (("tfce_int8", "tf_elsparse_fp32"),
                    ("tfce_fp16", "tf_elsparse_fp32"),
                    ("tfce_lookup_int8", "tf_naive_lookup_int8"),
@@ -271,12 +284,10 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
             "ops themselves; at L = 1 the loop is most of a batch's time. "
             "Derived from the numbers above, not a separate measurement, and "
             "noisier than they are (a difference of two noisy times):\n")
-        add("| pair, loop floor taken out | " + " | ".join(
-            f"{t} thread{'s' if t > 1 else ''}" for t in threads_list) + " |")
-        add("|---|" + "---|" * len(threads_list))
+        lines.extend(md.header(["pair, loop floor taken out", *(
+            f"{t} thread{'s' if t > 1 else ''}" for t in threads_list)]))
         for a, b, vals in floor_rows:
-            add(f"| *{SHORT[a]} speedup over {SHORT[b]}* | "
-                + " | ".join(vals) + " |")
+            add(md.row([f"*{SHORT[a]} speedup over {SHORT[b]}*", *vals]))
     add("")
     for t in threads_list:
         cells = cells_of(t)
@@ -284,40 +295,24 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
                                          for r in rows)]
         add(f"### {t} thread{'s' if t > 1 else ''}: weighted-sum pooling, "
             "ns/row (speedup vs TF elsparse fp32)\n")
-        add("| R | D | L | ids | " + " | ".join(SHORT[c] for c in cols)
-            + " | TF loop floor |")
-        add("|---|---|---|---|" + "---|" * (len(cols) + 1))
+        lines.extend(md.header(["R", "D", "L", "ids",
+                                *(SHORT[c] for c in cols), "TF loop floor"]))
         for (R, D, L, dist) in cells:
-            vals = []
-            for c in cols:
-                r = index.get((t, R, D, L, dist, c))
-                if r is None:
-                    vals.append("–")
-                elif c == REF:
-                    vals.append(f"**{fmt_num(r['ns_per_row'])}**")
-                else:
-                    sp = r["speedup_vs_tf_elsparse"]
-                    mark = "" if r["check_ok"] in (True, "") else " ⚠"
-                    vals.append(f"{fmt_num(r['ns_per_row'])} "
-                                f"({sp:.2f}){mark}" if sp != "" else
-                                fmt_num(r["ns_per_row"]))
             fl = index.get((t, R, D, L, dist, "tf_loop_floor"))
-            vals.append(fmt_num(fl["ns_per_row"]) if fl else "–")
-            add(f"| {fmt_rows(R)} | {D} | {L} | {dist} | "
-                + " | ".join(vals) + " |")
+            add(md.row([fmt_rows(R), D, L, dist, *(
+                ns_cell(index.get((t, R, D, L, dist, c)), REF,
+                        "speedup_vs_tf_elsparse") for c in cols),
+                fmt_num(fl["ns_per_row"]) if fl else "–"]))
         add("")
         add(f"GB/s of logical table bytes touched ({t} thread"
             f"{'s' if t > 1 else ''}; fp32 4D, fp16 2D, int8 D+4 incl. the "
             "scale, FBGEMM int8 D+8):\n")
-        add("| R | D | L | ids | " + " | ".join(SHORT[c] for c in cols) + " |")
-        add("|---|---|---|---|" + "---|" * len(cols))
+        lines.extend(md.header(["R", "D", "L", "ids",
+                                *(SHORT[c] for c in cols)]))
         for (R, D, L, dist) in cells:
-            vals = []
-            for c in cols:
-                r = index.get((t, R, D, L, dist, c))
-                vals.append(f"{r['gbps']:.2f}" if r else "–")
-            add(f"| {fmt_rows(R)} | {D} | {L} | {dist} | "
-                + " | ".join(vals) + " |")
+            gbps = [index.get((t, R, D, L, dist, c)) for c in cols]
+            add(md.row([fmt_rows(R), D, L, dist, *(
+                f"{r['gbps']:.2f}" if r else "–" for r in gbps)]))
         add("")
         np_cells = [c for c in cells if c[2] == 1]
         ncols = [n for n in nopool if any(r["system"] == n and r["threads"] == t
@@ -326,25 +321,15 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
             add(f"### {t} thread{'s' if t > 1 else ''}: L = 1 without pooling "
                 "(gather + decode, [512, D] out), ns/row (speedup vs "
                 "tf.gather fp32)\n")
-            add("| R | D | ids | " + " | ".join(SHORT[c] for c in ncols)
-                + " | TF elsparse fp32 (pooled) |")
-            add("|---|---|---|" + "---|" * (len(ncols) + 1))
+            lines.extend(md.header(["R", "D", "ids",
+                                    *(SHORT[c] for c in ncols),
+                                    "TF elsparse fp32 (pooled)"]))
             for (R, D, L, dist) in np_cells:
-                vals = []
-                for c in ncols:
-                    r = index.get((t, R, D, L, dist, c))
-                    if r is None:
-                        vals.append("–")
-                    elif c == NOPOOL_REF:
-                        vals.append(f"**{fmt_num(r['ns_per_row'])}**")
-                    else:
-                        mark = "" if r["check_ok"] in (True, "") else " ⚠"
-                        vals.append(f"{fmt_num(r['ns_per_row'])} "
-                                    f"({r['speedup_vs_tf_gather']:.2f}){mark}")
                 ref = index.get((t, R, D, L, dist, REF))
-                vals.append(fmt_num(ref["ns_per_row"]) if ref else "–")
-                add(f"| {fmt_rows(R)} | {D} | {dist} | " + " | ".join(vals)
-                    + " |")
+                add(md.row([fmt_rows(R), D, dist, *(
+                    ns_cell(index.get((t, R, D, L, dist, c)), NOPOOL_REF,
+                            "speedup_vs_tf_gather") for c in ncols),
+                    fmt_num(ref["ns_per_row"]) if ref else "–"]))
             add("")
     bad = [r for r in rows if r["check_ok"] is False]
     lines.extend(thread_scaling_lines(rows, index))
