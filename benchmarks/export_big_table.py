@@ -17,17 +17,14 @@ benchmarks/results/export_big_table.csv. Needs ~4 GiB (source) + ~1-2 GiB
 (per export) of disk in the work dir, deleted at the end unless --keep.
 """
 import argparse
-import csv
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import results_md  # noqa: E402
+from _harness import host, results, workers
 
 GiB = 1 << 30
 TARGET_MIB = 1536
@@ -36,8 +33,7 @@ COLUMNS = ["dtype", "rows", "dim", "table FP32 GiB", "output GiB", "wall s", "ve
            "verify peak RSS MiB", "peak RSS MiB", "baseline RSS MiB",
            "peak - baseline MiB", TARGET]
 FILL_ROWS = 1 << 19  # rows generated per chunk while building the source
-CSV_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                        "export_big_table.csv")
+CSV_PATH = os.path.join(results.RESULTS_DIR, "export_big_table.csv")
 
 
 def memory():
@@ -112,21 +108,17 @@ def child(task, spec):
 
 def run_child(task, **spec):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "_child", task,
-                           json.dumps(spec)], stdout=subprocess.PIPE, text=True, env=env)
-    if proc.returncode and task != "export":
-        sys.exit(f"the {task} child failed (exit {proc.returncode})")
-    return None if proc.returncode else json.loads(proc.stdout.strip().splitlines()[-1])
+    rc, out = workers.json_child([sys.executable, os.path.abspath(__file__), "_child",
+                                  task, json.dumps(spec)], env)
+    if rc and task != "export":
+        sys.exit(f"the {task} child failed (exit {rc})")
+    return out
 
 
 # ---------------------------------------------------------------- parent
 def disk_bytes(path):
     return sum(os.path.getsize(os.path.join(root, f))
                for root, _, files in os.walk(path) for f in files)
-
-
-def machine():
-    return {"cpu_model": results_md.cpu_model(), "cores": os.cpu_count()}
 
 
 def print_results(rows, stages, verify):
@@ -179,7 +171,7 @@ def main():
         print(f"  built in {build['total_s']:.0f} s, build peak RSS "
               f"{build['peak_mib']:,.0f} MiB", flush=True)
         baseline = run_child("baseline")["peak_mib"]
-        results, stages = [], {}
+        measured, stages = [], {}
         for dtype in dtypes:
             dst = os.path.join(workdir, dtype)
             created.append(dst)
@@ -200,22 +192,18 @@ def main():
                 if args.verify:
                     row.update({"verify s": verify_s,
                                 "verify peak RSS MiB": out["verify_peak_mib"]})
-            results.append(row)
+            measured.append(row)
     finally:
         if not args.keep:
             for path in created:
                 shutil.rmtree(path, ignore_errors=True)
             if not args.workdir or not os.listdir(workdir):
                 shutil.rmtree(workdir, ignore_errors=True)
-    print_results(results, stages, args.verify)
-    os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
-    info = machine()
-    with open(args.csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS + list(info))
-        writer.writeheader()
-        for row in results:
-            writer.writerow({**{k: f"{v:.3f}" if isinstance(v, float) else v
-                                for k, v in row.items()}, **info})
+    print_results(measured, stages, args.verify)
+    info = host.machine_fields()
+    results.write_csv(os.path.abspath(args.csv),
+                      [{**row, **info} for row in measured],
+                      fields=COLUMNS + list(info), float_format="{:.3f}")
     print(f"wrote {args.csv}" + ("" if args.keep else "; work dirs deleted"))
 
 

@@ -15,25 +15,15 @@ and torch allocate) and 2 MiB pages (what the ops ask for). Writes
 results/gather_limit.csv and the gather_limit section of RESULTS.md.
 """
 import argparse
-import csv
-import io
-import os
-import subprocess
-import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import kernel_objects  # noqa: E402
-import results_md  # noqa: E402
+from _harness import host, markdown, results, workers
 
 DIMS = (12, 16, 32, 64, 128)
 
 
 def build(out_dir):
-    return kernel_objects.build_benchmark(out_dir, "benchmarks/gather_limit.cc")
+    return workers.build_cc(out_dir, "gather_limit")
 
 
 def main(argv=None):
@@ -46,25 +36,22 @@ def main(argv=None):
         rows_n, dims, repeats = 100_000, (12,), 2
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        print("building gather_limit", flush=True)
         binary = build(tmp)
         for dim in dims:
             for threads in (1, 2):
                 for huge in (0, 1):
                     print(f"  {rows_n:,} rows, dim {dim}, {threads} thread(s), "
                           f"{'2 MiB' if huge else '4 KiB'} pages", flush=True)
-                    out = subprocess.run(
+                    rows += workers.run_csv(
                         [binary, str(rows_n), str(dim), "80", str(threads),
                          str(huge), str(repeats)],
-                        check=True, capture_output=True, text=True).stdout
-                    rows += [dict(r, rows=rows_n, dim=dim, threads=threads,
-                                  pages="2M" if huge else "4K")
-                             for r in csv.DictReader(io.StringIO(out))]
+                        rows=rows_n, dim=dim, threads=threads,
+                        pages="2M" if huge else "4K")
     if args.quick:
         print("\n".join(f"{r['layout']} {r['what']} pf={r['prefetch']}: "
                         f"{float(r['ns_per_row']):.2f} ns/row" for r in rows))
         return
-    results_md.write_csv("gather_limit.csv", rows)
+    results.write_csv("gather_limit.csv", rows)
 
     def pick(dim, threads, pages, layout):
         mine = [r for r in rows if (r["dim"], r["threads"], r["pages"],
@@ -79,7 +66,7 @@ def main(argv=None):
 
     isa = next(r["what"] for r in rows if r["what"].startswith("kernel"))
     lines = [
-        f"Machine: {results_md.cpu_model()}, {os.cpu_count()} CPUs. "
+        f"Machine: {host.machine()}. "
         f"{rows_n:,}-row tables, 512 bags x 80 uniform ids (the op "
         "benchmark's 2M cells), ns per looked-up row, median of "
         f"{repeats} repeats. **limit** = the fastest of touching every line "
@@ -89,9 +76,10 @@ def main(argv=None):
         "limit. `int8 inline` is FBGEMM's 8-bit rowwise layout (D + 8 bytes, "
         "scale and bias in the row), touched only. Lines per row: int8 "
         "counts the scale's line.", "",
-        "| D | threads | pages | int8 limit | int8 kernel | fp16 limit | "
-        "fp16 kernel | int8 inline limit | lines/row int8, fp16, inline |",
-        "|---|---|---|---|---|---|---|---|---|"]
+        *markdown.header(["D", "threads", "pages", "int8 limit",
+                          "int8 kernel", "fp16 limit", "fp16 kernel",
+                          "int8 inline limit",
+                          "lines/row int8, fp16, inline"])]
     for dim in dims:
         for threads in (1, 2):
             for pages in ("4K", "2M"):
@@ -103,7 +91,7 @@ def main(argv=None):
                     f"{k8:.1f} ({k8 / i8:.2f}) | {f16:.1f} | "
                     f"{k16:.1f} ({k16 / f16:.2f}) | {inl:.1f} | "
                     f"{l8:.2f}, {l16:.2f}, {linl:.2f} |")
-    results_md.replace_section(
+    results.replace_section(
         "gather_limit", "Random-gather limit per layout "
         "(`python benchmarks/gather_limit.py`)", "\n".join(lines))
     print("wrote results/gather_limit.csv and RESULTS.md")

@@ -12,19 +12,10 @@ benchmarks/results/ladder.csv, benchmarks/results/ladder.png and the ladder
 section of benchmarks/RESULTS.md.
 """
 import argparse
-import csv
-import io
 import os
-import subprocess
-import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import kernel_objects  # noqa: E402
-import results_md  # noqa: E402
+from _harness import charts, markdown, results, workers
 
 # Share of lookups per dim in the mix: dim-12-heavy.
 MIX = {12: 0.5, 16: 0.2, 32: 0.2, 64: 0.1}
@@ -35,9 +26,8 @@ STEPS = ["0 naive", "1 simd", "2 +rem4", "3 +load", "4 +fused", "5 +shape",
 
 def build(out_dir):
     # The benchmark's own steps use AVX2 intrinsics: it runs on AVX2 CPUs only.
-    return kernel_objects.build_benchmark(
-        out_dir, "benchmarks/ladder.cc",
-        flags=("-O3", "-mavx2", "-mfma", "-mf16c"))
+    return workers.build_cc(out_dir, "ladder",
+                            flags=("-O3", "-mavx2", "-mfma", "-mf16c"))
 
 
 def main(argv=None):
@@ -57,26 +47,22 @@ def main(argv=None):
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        print("building the ladder benchmark", flush=True)
         binary = build(tmp)
         for label, rows_for in tables:
             for dim in MIX:
                 print(f"  {label}: {rows_for(dim):>11,} rows, dim {dim}",
                       flush=True)
-                out = subprocess.run([binary, str(rows_for(dim)), str(dim),
-                                      "512", "20", str(repeats)], check=True,
-                                     capture_output=True, text=True).stdout
-                rows += [dict(r, group=label)
-                         for r in csv.DictReader(io.StringIO(out))]
+                rows += workers.run_csv([binary, str(rows_for(dim)), str(dim),
+                                         "512", "20", str(repeats)],
+                                        group=label)
         big_label, big_rows = tables[-1]
         sweep = []
         for dim in (12, 64):
             print(f"  prefetch sweep, {big_label}, dim {dim}", flush=True)
-            out = subprocess.run([binary, str(big_rows(dim)), str(dim), "512", "20",
-                                  str(repeats), ",".join(map(str, PREFETCH))],
-                                 check=True, capture_output=True, text=True).stdout
-            sweep += [dict(r, group=big_label)
-                      for r in csv.DictReader(io.StringIO(out))]
+            sweep += workers.run_csv([binary, str(big_rows(dim)), str(dim), "512",
+                                      "20", str(repeats),
+                                      ",".join(map(str, PREFETCH))],
+                                     group=big_label)
         rows += sweep
 
     def ns(group, dim, fmt, step):
@@ -100,9 +86,8 @@ def main(argv=None):
     for group, rows_for in tables:
         lines += [f"**{group}** (rows: " + ", ".join(
             f"d{d} {rows_for(d):,}" for d in MIX) + ")", "",
-                  "| step | " + " | ".join(
-                      f"int8 d{d}" for d in MIX) + " | int8 mix | fp16 mix |",
-                  "|---" * (len(MIX) + 3) + "|"]
+                  *markdown.header(["step", *(f"int8 d{d}" for d in MIX),
+                                    "int8 mix", "fp16 mix"])]
         fp32_mix = None
         for base in ("fp32", "fp32+pref"):
             fp32 = {d: ns(group, d, "fp32", base) for d in MIX}
@@ -120,8 +105,7 @@ def main(argv=None):
         lines.append("")
     lines += [f"**Prefetch distance sweep** (shipped AVX2 kernel, {big_label} "
               "table; ns per row)", "",
-              "| format, dim | " + " | ".join(str(p) for p in PREFETCH) + " |",
-              "|---" * (len(PREFETCH) + 1) + "|"]
+              *markdown.header(["format, dim", *PREFETCH])]
     for fmt in ("int8", "fp16"):
         for dim in (12, 64):
             lines.append(f"| {fmt}, {dim} | " + " | ".join(
@@ -130,11 +114,9 @@ def main(argv=None):
     if args.quick:  # a smoke test: results and RESULTS.md are left alone
         print("\n".join(lines))
         return
-    results_md.write_csv("ladder.csv", rows)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    results.write_csv("ladder.csv", rows)
+    plt = charts.pyplot()
+    if plt is not None:
         fig, axes = plt.subplots(1, len(tables), figsize=(11, 4), sharey=False)
         for ax, (group, _) in zip(axes, tables):
             fp32_mix = min(sum(s * ns(group, d, "fp32", b) for d, s in MIX.items())
@@ -148,11 +130,10 @@ def main(argv=None):
             ax.set_ylabel("ns per row")
             ax.legend()
         fig.tight_layout()
-        fig.savefig(os.path.join(HERE, "results", "ladder.png"), dpi=100)
+        charts.save(fig, os.path.join(results.RESULTS_DIR, "ladder.png"),
+                    dpi=100)
         lines.append("![ladder](results/ladder.png)")
-    except ImportError:
-        print("matplotlib not installed: no chart", file=sys.stderr)
-    results_md.replace_section("ladder", "Kernel ladder (`python benchmarks/ladder.py`)",
+    results.replace_section("ladder", "Kernel ladder (`python benchmarks/ladder.py`)",
                                "\n".join(lines))
     print("\n".join(lines))
 

@@ -13,7 +13,6 @@ and the `layer` section of RESULTS.md.
 import argparse
 import os
 import statistics
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -21,10 +20,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import results_md  # noqa: E402  (beside this script)
+from _harness import markdown, results  # noqa: E402  (beside this script)
+from _harness.timing import Timed, round_robin  # noqa: E402
 from tf_compressed_embedding.layers import CompressedEmbedding  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 TITLE = "The Keras layer against Keras' own (`python benchmarks/layer_bench.py`)"
 
 
@@ -76,14 +75,11 @@ def main(argv=None):
     calls = {name: tf.function(lambda m=model: m(ids, training=False))
              for name, model in variants.items()}
     want = calls["keras Embedding + GAP1D fp32"]().numpy()
-    times = {name: [] for name in calls}
     errors = {name: float(np.abs(fn().numpy() - want).max()) for name, fn in calls.items()}
-    for _ in range(args.repeats):  # interleaved: noise hits every variant alike
-        for name, fn in calls.items():
-            start = time.perf_counter()
-            for _ in range(args.calls):
-                fn()
-            times[name].append((time.perf_counter() - start) / args.calls * 1e3)
+    timed = [Timed(name, lambda n, start, fn=fn: [fn() for _ in range(n)], n=args.calls)
+             for name, fn in calls.items()]
+    round_robin(timed, args.repeats, rotate=False)  # noise hits every variant alike
+    times = {t.name: [s * 1e3 for s in t.times] for t in timed}
     base = statistics.median(times["keras Embedding + GAP1D fp32"])
     keras_int8 = statistics.median(times["keras Embedding + GAP1D int8 (Keras')"])
     rows = [{"variant": name, "ms / call": statistics.median(t),
@@ -94,8 +90,8 @@ def main(argv=None):
              f"(padded with id 0, mask_zero=True), mean pooling, inference in a "
              f"tf.function; medians of {args.repeats} repeats x {args.calls} calls, "
              f"variants interleaved.", "",
-             "| variant | ms / call | vs Keras fp32 | vs Keras int8 | max abs diff vs Keras fp32 |",
-             "|---|---|---|---|---|"]
+             *markdown.header(["variant", "ms / call", "vs Keras fp32", "vs Keras int8",
+                               "max abs diff vs Keras fp32"])]
     for r in rows:
         lines.append(f"| {r['variant']} | {r['ms / call']:.3f} | {r['vs Keras fp32']:.2f}x | "
                      f"{r['vs Keras int8']:.2f}x | {r['max |out - Keras fp32|']:.2e} |")
@@ -103,8 +99,8 @@ def main(argv=None):
     print(f"## {TITLE}\n\n{section}")
     if args.no_results:
         return
-    results_md.write_csv("layer_bench.csv", rows)
-    results_md.replace_section("layer", TITLE, section)
+    results.write_csv("layer_bench.csv", rows)
+    results.replace_section("layer", TITLE, section)
 
 
 if __name__ == "__main__":

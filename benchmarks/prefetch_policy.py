@@ -11,20 +11,11 @@ Writes results/prefetch_policy.csv and the prefetch_policy section of
 RESULTS.md.
 """
 import argparse
-import csv
-import io
-import math
 import os
-import subprocess
-import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import kernel_objects  # noqa: E402
-import results_md  # noqa: E402
+from _harness import host, markdown, results, workers
+from _harness.timing import geomean
 
 ROWS = (100_000, 400_000, 1_000_000, 2_000_000)
 DIMS = (8, 12, 16, 24, 32, 64, 128)
@@ -32,8 +23,7 @@ LENS = (1, 8, 20, 80)
 
 
 def build(out_dir):
-    return kernel_objects.build_benchmark(out_dir,
-                                          "benchmarks/prefetch_policy.cc")
+    return workers.build_cc(out_dir, "prefetch_policy")
 
 
 def measure(binary, rows, dims, lens, repeats):
@@ -43,16 +33,10 @@ def measure(binary, rows, dims, lens, repeats):
         for d in dims:
             for L in lens:
                 print(f"  {r:,} rows, dim {d}, {L} ids per bag", flush=True)
-                text = subprocess.run(
+                out += workers.run_csv(
                     [binary, str(r), str(d), str(L), str(repeats)], env=env,
-                    check=True, capture_output=True, text=True).stdout
-                out += [dict(row, rows=r, dim=d, L=L)
-                        for row in csv.DictReader(io.StringIO(text))]
+                    rows=r, dim=d, L=L)
     return out
-
-
-def geomean(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def table_lines(results, rows, dims, lens, repeats):
@@ -62,7 +46,7 @@ def table_lines(results, rows, dims, lens, repeats):
         times, _ = cells.setdefault(key, ({}, int(x["policy"])))
         times[int(x["prefetch"])] = float(x["ns_per_row"])
     lines = [
-        f"Machine: {results_md.cpu_model()}, {os.cpu_count()} CPUs. "
+        f"Machine: {host.machine()}. "
         f"512 bags x L uniform ids, ns per looked-up row, median of {repeats} "
         "repeats, timed round-robin in one process; tables of 4 MiB or more "
         "on 2 MiB pages, as the ops do. Each cell: prefetch off / 16 rows "
@@ -72,9 +56,8 @@ def table_lines(results, rows, dims, lens, repeats):
         "ids or more of a table of at most 8x one core's L2 with rows under "
         "64 bytes.",
         "",
-        "| storage | rows | D | ahead | table MiB | "
-        + " | ".join(f"L = {L}" for L in lens) + " |",
-        "|---|---|---|---|---|" + "---|" * len(lens)]
+        *markdown.header(["storage", "rows", "D", "ahead", "table MiB",
+                          *(f"L = {L}" for L in lens)])]
     right = total = 0
     loss, gain = [], []
     for storage in ("int8", "fp16"):
@@ -118,15 +101,14 @@ def main(argv=None):
     if args.quick:
         rows, dims, lens, repeats = (50_000,), (12, 64), (20,), 2
     with tempfile.TemporaryDirectory() as tmp:
-        print("building prefetch_policy", flush=True)
         binary = build(tmp)
-        results = measure(binary, rows, dims, lens, repeats)
-    lines = table_lines(results, rows, dims, lens, repeats)
+        measured = measure(binary, rows, dims, lens, repeats)
+    lines = table_lines(measured, rows, dims, lens, repeats)
     if args.quick:
         print("\n".join(lines))
         return
-    results_md.write_csv("prefetch_policy.csv", results)
-    results_md.replace_section(
+    results.write_csv("prefetch_policy.csv", measured)
+    results.replace_section(
         "prefetch_policy", "Prefetch policy: the pooling kernel with prefetch "
         "off, 16 and PrefetchDistance rows ahead "
         "(`python benchmarks/prefetch_policy.py`)",

@@ -11,9 +11,8 @@ whole table on every call: what a copy costs), then the way tfce reads it
 (read_value_no_copy(), as TF's own embedding_lookup_sparse does), which must
 stay flat. Writes the table_size section of benchmarks/RESULTS.md.
 """
+import argparse
 import os
-import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -22,8 +21,8 @@ import tensorflow as tf  # noqa: E402
 
 import tf_compressed_embedding as tfce  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import results_md  # noqa: E402
+from _harness import markdown, results  # noqa: E402  (beside this script)
+from _harness.timing import median_time  # noqa: E402
 
 DIM, BAGS, PER_BAG, HOT_ROWS, STEPS = 64, 512, 20, 1000, 50
 
@@ -53,16 +52,11 @@ def time_per_call(ct, ids, seg, w):
                              [tf.constant(0), tf.constant(0.0)],
                              parallel_iterations=1)[1]
 
-    loop()
-    times = []
-    for _ in range(7):
-        start = time.perf_counter()
-        loop().numpy()
-        times.append((time.perf_counter() - start) / STEPS)
-    return 1e6 * float(np.median(times))
+    return 1e6 * median_time(lambda: loop().numpy(), 7, per_call=STEPS)
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     rng = np.random.default_rng(0)
     n = BAGS * PER_BAG
     ids = tf.constant(rng.integers(0, HOT_ROWS, n), tf.int64)
@@ -70,7 +64,7 @@ def main():
     w = tf.constant(rng.uniform(0.5, 1.5, n).astype(np.float32))
     lines = ["Same ids (all in rows [0, 1000)), int8, dim 64, 512 bags x 20 "
              "ids, 1 call = 1 batch timed in-graph; median µs per call.", "",
-             "| table rows | table MiB | µs per call |", "|---|---|---|"]
+             *markdown.header(["table rows", "table MiB", "µs per call"])]
     ct = None
     for rows in (10_000, 100_000, 1_000_000, 10_000_000):
         data = rng.integers(-127, 128, (rows, DIM), dtype=np.int8)
@@ -93,7 +87,7 @@ def main():
     lines.append(f"| {rows:,} in copy-on-read mode, tfce's read | "
                  f"{ct.nbytes / 2**20:,.1f} | {us:,.1f} |")
     print(lines[-1], flush=True)
-    results_md.replace_section(
+    results.replace_section(
         "table_size", "Latency does not grow with table size "
         "(`python benchmarks/table_size.py`)", "\n".join(lines))
 

@@ -21,7 +21,6 @@ FP32 against its INT8/FP16 exports, stock and fused.
 Needs ~16 GiB of disk in the work dir and ~10 GiB of RAM; ~30-40 min on 2 cores.
 """
 import argparse
-import csv
 import json
 import os
 import statistics
@@ -34,9 +33,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import results_md  # noqa: E402  (benchmarks/, put on the path just above)
+from _harness import charts, markdown as md, results  # noqa: E402  (benchmarks/, just above)
 
-RESULTS = os.path.join(ROOT, "benchmarks", "results")
+RESULTS = results.RESULTS_DIR
 TITLE = "End to end: the ranking model served (`python benchmarks/serving/run.py`)"
 # name -> (source, export dtype, export ops); source "fp32" or "fp32_segment"
 VARIANTS = {
@@ -120,20 +119,20 @@ def summarize(runs, workdir, features, reports):
     for r in reports.values():
         format_bytes[r["dtype"]] = r["table_bytes_after"]
     rows = []
-    for name, results in runs.items():
+    for name, measured in runs.items():
         by_threads = {}
-        for result in results:
+        for result in measured:
             for run in result["runs"]:
                 by_threads.setdefault(run["threads"], []).append(run)
         table_rss = statistics.median(r["rss_after_load_mib"] - r["rss_before_load_mib"]
-                                      for r in results)
+                                      for r in measured)
         dtype = VARIANTS[name][1]
         row = {"variant": name,
                "table MiB (format)": format_bytes[dtype] / 2**20,
                "model RSS MiB": table_rss,
                "RSS / format": table_rss * 2**20 / format_bytes[dtype],
                "disk MiB": directory_mib(model_path(workdir, name)),
-               "load s": statistics.median(r["load_seconds"] for r in results)}
+               "load s": statistics.median(r["load_seconds"] for r in measured)}
         for threads, items in sorted(by_threads.items()):
             row[f"p50 ms {threads}t"] = statistics.median(i["p50_ms"] for i in items)
             row[f"p99 ms {threads}t"] = statistics.median(i["p99_ms"] for i in items)
@@ -165,7 +164,7 @@ def markdown(rows, args, features):
              f"4D, INT8 D+4, FP16 2D per row). `fastest FP32`: the faster of the two FP32 "
              f"graphs, as exported (Unique + gather + SparseSegmentMean) or rewritten as "
              f"a gather of every id + segment_mean (no Unique).", "",
-             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+             *md.header(columns)]
     for row in rows:
         cells = []
         for c in columns:
@@ -173,15 +172,13 @@ def markdown(rows, args, features):
             cells.append(v if isinstance(v, str) else
                          f"{v:.2f}x" if c.startswith(("p50 vs", "RSS vs", "RSS /")) else
                          f"{v:,.0f}" if "MiB" in c or "req/s" in c else f"{v:.2f}")
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(md.row(cells))
     lines += ["", "![serving](results/serving.png)", ""]
     return "\n".join(lines)
 
 
 def chart(rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = charts.pyplot(required=True)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     names = [r["variant"] for r in rows]
     left.barh(names, [r["p50 vs FP32"] for r in rows], color="tab:blue")
@@ -191,7 +188,7 @@ def chart(rows, path):
     right.set_xlabel("model resident memory vs FP32")
     right.set_yticklabels([])
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    charts.save(fig, path, dpi=120)
 
 
 def serve_all(args, features):
@@ -241,14 +238,11 @@ def main(argv=None):
     print(f"## {TITLE}\n\n{section}")
     if not args.no_results:
         os.makedirs(RESULTS, exist_ok=True)
-        with open(os.path.join(RESULTS, "serving.csv"), "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        results.write_csv("serving.csv", rows)
         if not args.report_only:
             json.dump(runs, open(os.path.join(RESULTS, "serving_raw.json"), "w"), indent=1)
         chart(rows, os.path.join(RESULTS, "serving.png"))
-        results_md.replace_section("serving", TITLE, section)
+        results.replace_section("serving", TITLE, section)
 
 
 if __name__ == "__main__":
