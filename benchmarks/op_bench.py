@@ -355,7 +355,7 @@ def parent_main(args):
     from rich.console import Console
     console = Console()
     t0 = time.time()
-    args._git = host.commit()
+    args.git_commit = host.commit()
     load = os.getloadavg()[0]
     if load >= 0.75:
         console.print(f"[yellow]note: 1-min load average is {load:.1f} "
@@ -384,7 +384,7 @@ def parent_main(args):
     rows = report.summarise(records, torch_mode)
     stem = "op_bench" if args.tag is None else f"op_bench_{args.tag}"
     csv_path = os.path.join(results.RESULTS_DIR, stem + ".csv")
-    args._csv_path = csv_path
+    args.csv_path = csv_path
     results.write_csv(csv_path, rows, fields=report.CSV_FIELDS,
                       float_format="{:.6g}")
     png_path = os.path.join(results.RESULTS_DIR, stem + ".png")

@@ -152,7 +152,7 @@ def thread_scaling_lines(rows, index):
                         if r["threads"] == t and r["kind"] == "pool1t"},
                        key=lambda c: (c[0], c[3], c[2], c[1]))
 
-        def ratio(cell, name):
+        def ratio(cell, name, t=t):
             many = index.get((t, *cell, name))
             one = index.get((t, *cell, name + "_1t"))
             return one["ns_per_row"] / many["ns_per_row"] if many and one else None
@@ -201,7 +201,7 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
     add(f"## {TITLE}\n")
     add(f"Generated {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} by "
         f"`{cmd.strip()}` in {elapsed / 60:.1f} min at commit "
-        f"{args._git}. "
+        f"{args.git_commit}. "
         f"Machine: {host.machine()} (shared and noisy: "
         "treat differences under ~20 % as noise). Versions: "
         + ", ".join(f"{k} {v}" for k, v in sorted(meta.items())) + ". "
@@ -361,7 +361,7 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
         add(f"![ns per row]({chart_rel})\n")
     add("Full data (per system: median/min µs per batch, spread, ns/row, "
         "GB/s, speedups, errors): `" + os.path.relpath(
-            args._csv_path, BENCH_DIR) + "`.\n")
+            args.csv_path, BENCH_DIR) + "`.\n")
     return "\n".join(lines)
 
 

@@ -26,7 +26,7 @@ def cell_systems(args, threads, length, tf_parts, torch_parts, pools):
     fns = (op_bench_tf.tf_step_fns(*tf_parts, args.bags)
            if tf_parts else {})
     systems = []
-    for name, (label, fw, kind, fmt) in SYSTEMS.items():
+    for name, (_, fw, kind, _) in SYSTEMS.items():
         if not system_selected(args, name):
             continue
         if kind == "nopool" and length != 1:
@@ -112,11 +112,11 @@ def worker_main(args):
             progress.update(task, description=f"{cell_name}: check")
             checks = check_outputs(
                 systems, table, stats, ids_pool, w_pool, bags,
-                lambda text: console.print(
+                lambda text, cell_name=cell_name: console.print(
                     f"[bold red]WARNING[/] {cell_name} {text}"))
             # timing
             measure(systems, args.repeats, warmup_s, target_s,
-                    on_step=lambda m: progress.update(
+                    on_step=lambda m, cell_name=cell_name: progress.update(
                         task, description=f"{cell_name}: {m}"))
             for s in systems:
                 rec = dict(threads=threads, rows=rows, dim=dim, L=length,

@@ -63,7 +63,7 @@ def read_bundle_index(prefix):
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise ExportError(f"cannot read the checkpoint index {path}: {e.strerror}")
+        raise ExportError(f"cannot read the checkpoint index {path}: {e.strerror}") from e
     try:
         if len(data) < _FOOTER_BYTES or struct.unpack_from(
                 "<Q", data, len(data) - 8)[0] != _TABLE_MAGIC:
@@ -92,7 +92,7 @@ def read_bundle_index(prefix):
     except ExportError:
         raise
     except Exception as e:  # noqa: BLE001 - any parse failure means corruption
-        raise ExportError(f"the checkpoint index {path} is corrupt ({e})")
+        raise ExportError(f"the checkpoint index {path} is corrupt ({e})") from e
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +141,7 @@ class CheckpointReader:
             self._reader = reader
         except Exception as e:  # noqa: BLE001 - TF raises several types here
             raise ExportError(f"cannot open the checkpoint {prefix}: "
-                              f"{str(e).splitlines()[0]}")
+                              f"{str(e).splitlines()[0]}") from e
         shard_bytes = {}
         for key, entry in self.entries.items():
             path = self._shard_path(entry.shard_id)

@@ -10,6 +10,8 @@
 4. Verify in fresh processes, write the warmup requests, rename into place.
 Nothing is ever written to the source, and a failure leaves no destination.
 """
+from __future__ import annotations
+
 import dataclasses
 import os
 import re
@@ -150,10 +152,14 @@ def choose_tables(analyses, tables, keep, min_rows, dtype, progress, warn):
     return chosen, kept, not_lookups
 
 
-def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=None,
-                         min_rows=DEFAULT_MIN_ROWS, signatures=None, chunk_rows=None,
-                         overwrite=False, verify=True, examples=None, report=None,
-                         progress=None, isolate=True):
+def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fused",
+                         tables: str | None = None, keep: str | None = None,
+                         min_rows: int = DEFAULT_MIN_ROWS,
+                         signatures: list[str] | None = None,
+                         chunk_rows: int | None = None, overwrite: bool = False,
+                         verify: bool = True, examples: str | None = None,
+                         report: str | None = None, progress: Progress | None = None,
+                         isolate: bool = True) -> ExportReport:
     """Writes a copy of SavedModel `src` to `dst` with its FP32 embedding tables
     stored as `dtype` ("int8" with per-row scales, or "fp16").
 
@@ -208,8 +214,8 @@ def compress_saved_model(src, dst, dtype="int8", ops="fused", tables=None, keep=
         progress.warn(text)
         result.warnings.append(text)
 
-    chosen, result.kept_fp32, result.not_lookups = choose_tables(analyses, tables, keep, min_rows, dtype,
-                                             progress, warn)
+    chosen, result.kept_fp32, result.not_lookups = choose_tables(
+        analyses, tables, keep, min_rows, dtype, progress, warn)
     if not chosen:
         raise ExportError(
             f"found no table to compress in {src}: no float32 rank-2 variable of at "

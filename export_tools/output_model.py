@@ -92,7 +92,7 @@ def save(module, signatures, path):
         tf.saved_model.save(module, path, signatures=signatures)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"TensorFlow could not save the rewritten model: "
-                          f"{str(e).splitlines()[0]}")
+                          f"{str(e).splitlines()[0]}") from e
 
 
 def variable_key(path):

@@ -126,7 +126,7 @@ def analyze(source, key, function):
             graph_def = _inline(function)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"signature {key!r}: TensorFlow could not inline it: "
-                          f"{tf_error_message(e)}")
+                          f"{tf_error_message(e)}") from e
     editor = GraphEditor(graph_def)
     captures = {c.placeholder: c for c in source.captures(key, function)}
     captures.update(_lift_graph_tables(editor, source))

@@ -49,7 +49,7 @@ class SourceModel:
             with open(pb_path, "rb") as f:
                 self.saved_model.ParseFromString(f.read())
         except Exception as e:  # noqa: BLE001 - protobuf raises DecodeError and others
-            raise ExportError(f"{pb_path} is corrupt: {_first_line(e)}")
+            raise ExportError(f"{pb_path} is corrupt: {_first_line(e)}") from e
         matching = [m for m in self.saved_model.meta_graphs
                     if set(tags) <= set(m.meta_info_def.tags)]
         if not matching:
@@ -72,7 +72,7 @@ class SourceModel:
                 path, tags=self.tags,
                 options=tf.saved_model.LoadOptions(experimental_skip_checkpoint=True))
         except Exception as e:  # noqa: BLE001 - TF raises many types here
-            raise ExportError(f"TensorFlow cannot load {path}: {_first_line(e)}")
+            raise ExportError(f"TensorFlow cannot load {path}: {_first_line(e)}") from e
         self._trackables = None
         self._graph_tables = {}
 
@@ -92,7 +92,7 @@ class SourceModel:
                 raise ExportError(
                     f"lookup table {op_name!r}: its contents cannot be read from "
                     f"the loaded model ({_first_line(e)}); the model's table "
-                    f"initializer did not run or the table is not a hash table")
+                    f"initializer did not run or the table is not a hash table") from e
             self._graph_tables[op_name] = tf.lookup.StaticHashTable(
                 tf.lookup.KeyValueTensorInitializer(keys, values),
                 default_value=tf.zeros([], value_dtype))

@@ -50,7 +50,7 @@ def encoded_chunks(reader, location, fmt, chunk_rows, report, on_rows=None):
         try:
             data, scales = quantization.encode(values, fmt, row_offset=start)
         except ValueError as e:
-            raise ExportError(f"table {location.name!r}: {e}")
+            raise ExportError(f"table {location.name!r}: {e}") from e
         error = quantization.decode(data, scales, fmt)
         np.subtract(error, values, out=error)
         np.abs(error, out=error)

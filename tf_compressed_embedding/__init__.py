@@ -21,7 +21,7 @@ imported. A library that cannot be loaded is reported by the first op call
 import importlib
 
 from tf_compressed_embedding import _after_import
-from tf_compressed_embedding.version import __version__
+from tf_compressed_embedding.version import __version__  # noqa: F401
 
 # Public name -> the module that defines it (imported on first access).
 _LAZY = {

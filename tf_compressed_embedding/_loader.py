@@ -16,6 +16,8 @@ supported_versions).
 ``TFCE_OPS_LIBRARY`` points the loader at another build of the library (the
 Bazel one, a sanitizer build) instead of the ``_ops.so`` in this package.
 """
+from __future__ import annotations
+
 import ctypes
 import os
 import re
@@ -39,13 +41,13 @@ class OpLibraryError(ImportError):
     """The op library is missing, or was built for another TensorFlow."""
 
 
-def library_path():
+def library_path() -> str:
     """The path of the op library this process uses."""
     return os.environ.get(LIBRARY_ENV) or os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "_ops.so")
 
 
-def built_for_tf_version(path):
+def built_for_tf_version(path: str) -> str | None:
     """The TensorFlow version recorded in the library at ``path``."""
     with open(path, "rb") as f:
         match = _BUILD_INFO.search(f.read())
@@ -100,7 +102,7 @@ def ops():
     return _ops_module
 
 
-def load_ops():
+def load_ops() -> None:
     """Loads the op library and registers its ops with TensorFlow.
 
     Importing the package does this once TensorFlow is imported; call it to
@@ -113,7 +115,7 @@ def load_ops():
     ops()
 
 
-def try_load():
+def try_load() -> OpLibraryError | None:
     """Loads the library if possible; returns the failure (an
     OpLibraryError) or None. The next op call tries again and raises it."""
     try:
@@ -132,12 +134,12 @@ def _library_handle():
     return lib
 
 
-def supported_isas():
+def supported_isas() -> list[str]:
     """Kernel rows this CPU can run, best first (valid ``TFCE_ISA`` values)."""
     return _library_handle().tfce_supported_isas().decode().split(",")
 
 
-def active_isa():
+def active_isa() -> str:
     """The kernel row the ops run on: 'scalar', 'sse', 'avx2' or 'avx512'.
 
     Raises ValueError when ``TFCE_ISA`` asks for a row this CPU or library
@@ -150,7 +152,7 @@ def active_isa():
     return isa
 
 
-def huge_page_bytes():
+def huge_page_bytes() -> int:
     """Bytes of tables the ops have backed with 2 MiB pages in this process.
 
     0 when ``TFCE_HUGE_PAGES=0``, when every table was under 4 MiB, or where

@@ -1,4 +1,6 @@
 """`CompressedTable`: an embedding table stored as INT8 + scales, or FP16."""
+from __future__ import annotations
+
 import numpy as np
 import tensorflow as tf
 
@@ -44,7 +46,7 @@ class CompressedTable(tf.Module):
             self.scales = tf.Variable(scales, trainable=False, name="scales")
 
     @property
-    def format(self):
+    def format(self) -> str:
         """The storage format, ``"int8"`` or ``"fp16"``."""
         return self._format
 
@@ -59,7 +61,7 @@ class CompressedTable(tf.Module):
         return self.data.shape
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Bytes of table memory: the rows plus the per-row scales."""
         rows, dim = self.shape
         return rows * dim * self.dtype.size + self.scales.shape[0] * 4
@@ -76,7 +78,7 @@ class CompressedTable(tf.Module):
                 "a CompressedTable is not trainable: train the float32 table "
                 "and quantize it afterwards with tfce.quantize()")
 
-    def dequantize(self):
+    def dequantize(self) -> np.ndarray:
         """The decoded float32 table as a numpy array ``[V, D]``."""
         return quantization.decode(self.data.numpy(), self.scales.numpy(),
                                    self._format)
@@ -87,7 +89,8 @@ class CompressedTable(tf.Module):
                 f"{dim}], nbytes={self.nbytes})")
 
 
-def quantize(table, format, name=None):  # noqa: A002
+def quantize(table, format: str,  # noqa: A002
+             name: str | None = None) -> CompressedTable:
     """Compresses a float table.
 
     Args:

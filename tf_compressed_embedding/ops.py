@@ -1,4 +1,6 @@
 """Thin wrappers over the two ops, and tf.nn-style sparse lookups."""
+from __future__ import annotations
+
 import tensorflow as tf
 
 from tf_compressed_embedding import _bags, _loader
@@ -46,16 +48,17 @@ def _with_max_threads(tensor, max_threads):
     Sets the node attribute ``_tfce_max_threads`` (0: all intra-op threads)
     that both ops read when their kernel is built; attributes whose names
     start with "_" are no part of an op's signature. Graph mode only (inside
-    a tf.function). For benchmarks and tests: benchmarks/op_bench.py times
+    a tf.function). For benchmarks and tests: benchmarks/op_bench_tf.py times
     1 and 2 threads in one process with it.
     """
     from tensorflow.core.framework import attr_value_pb2
-    tensor.op._set_attr("_tfce_max_threads",
+    tensor.op._set_attr("_tfce_max_threads",  # noqa: SLF001
                         attr_value_pb2.AttrValue(i=int(max_threads)))
     return tensor
 
 
-def compressed_embedding_lookup(table, ids, max_norm=None, name=None):
+def compressed_embedding_lookup(table, ids, max_norm: float | None = None,
+                                name: str | None = None):
     """Gathers rows of a compressed table and decodes them to float32.
 
     A drop-in for ``tf.nn.embedding_lookup(params, ids, max_norm, name)``.
@@ -86,7 +89,7 @@ def compressed_embedding_lookup(table, ids, max_norm=None, name=None):
     return rows
 
 
-def fused_decode_axpy(table, ids, segment_ids, weights=None, combiner="sum",
+def fused_decode_axpy(table, ids, segment_ids, weights=None, combiner: str = "sum",
                       num_segments=None, name=None):
     """Decodes and pools rows per segment in one pass.
 

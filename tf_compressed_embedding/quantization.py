@@ -8,7 +8,10 @@ Used by `CompressedTable`, the Keras layer, the export tool and the tests.
 - ``fp16``: ``data`` float16 ``[V, D]``, ``scales`` float32 ``[0]``. Values
   beyond +-65504 are an error, never Inf.
 """
+from __future__ import annotations
+
 import numpy as np
+import numpy.typing as npt
 
 FORMATS = ("int8", "fp16")
 INT8_MAX = 127
@@ -18,7 +21,7 @@ FP16_MAX = 65504.0
 _CHUNK_ROWS = 1 << 16
 
 
-def check_format(fmt):
+def check_format(fmt: str) -> str:
     """Returns ``fmt`` if it names a storage format, else raises ValueError."""
     if fmt not in FORMATS:
         raise ValueError(
@@ -55,7 +58,8 @@ def _check_finite(table, row_offset):
             f"be quantized")
 
 
-def encode_int8(table, row_offset=0):
+def encode_int8(table: npt.ArrayLike, row_offset: int = 0
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Encodes a float table as (int8 data [V, D], float32 scales [V]).
 
     ``row_offset`` is added to row numbers in error messages (for tables
@@ -82,7 +86,7 @@ def encode_int8(table, row_offset=0):
     return data, scales
 
 
-def encode_fp16(table, row_offset=0):
+def encode_fp16(table: npt.ArrayLike, row_offset: int = 0) -> np.ndarray:
     """Encodes a float table as float16 data [V, D] (``row_offset``: as for
     :func:`encode_int8`)."""
     table = _as_float_table(table)
@@ -99,7 +103,8 @@ def encode_fp16(table, row_offset=0):
     return table.astype(np.float16)
 
 
-def encode(table, fmt, row_offset=0):
+def encode(table: npt.ArrayLike, fmt: str, row_offset: int = 0
+           ) -> tuple[np.ndarray, np.ndarray]:
     """Encodes ``table`` in format ``fmt``; returns (data, scales)."""
     if check_format(fmt) == "int8":
         return encode_int8(table, row_offset)
@@ -107,7 +112,8 @@ def encode(table, fmt, row_offset=0):
     return data, np.zeros(scales_shape(fmt, data.shape[0]), np.float32)
 
 
-def decode(data, scales, fmt):
+def decode(data: npt.ArrayLike, scales: npt.ArrayLike,
+           fmt: str) -> np.ndarray:
     """The reference decoder: float32 [V, D] from (data, scales)."""
     data = np.asarray(data)
     if check_format(fmt) == "int8":
@@ -115,17 +121,17 @@ def decode(data, scales, fmt):
     return data.astype(np.float32)
 
 
-def scales_shape(fmt, rows):
+def scales_shape(fmt: str, rows: int) -> tuple[int]:
     """The shape of ``scales`` in format ``fmt`` for a table of ``rows`` rows."""
     return (rows,) if check_format(fmt) == "int8" else (0,)
 
 
-def storage_dtype(fmt):
+def storage_dtype(fmt: str) -> np.dtype:
     """The numpy dtype of ``data`` in format ``fmt``."""
     return np.dtype(np.int8) if check_format(fmt) == "int8" else np.dtype(np.float16)
 
 
-def max_decode_error(fmt, row_max_abs):
+def max_decode_error(fmt: str, row_max_abs: npt.ArrayLike) -> np.ndarray:
     """The largest |decode(encode(x)) - x| in a row whose largest |x| is
     ``row_max_abs`` (an array or scalar): half a quantization step, ``scale /
     2 = max|row| / 254`` for int8; half a unit in the last place of a float16
@@ -139,7 +145,9 @@ def max_decode_error(fmt, row_max_abs):
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 
 
-def pooled_error_bound(magnitude, count, denominator):
+def pooled_error_bound(magnitude: npt.ArrayLike,
+                       count: npt.ArrayLike,
+                       denominator: npt.ArrayLike) -> np.ndarray:
     """The bound on a pooled output element's float32 error, against the
     exact pooling of the decoded rows (what the kernels guarantee).
 

@@ -106,7 +106,8 @@ def run(args, console, workdir):
         report = reports.get(name)
         diff = float(np.abs(fn(**feeds[0])["score"].numpy() - want).max())
         ms = float(np.median(timings[name]))
-        table.add_row(name, f"{directory_bytes(os.path.join(paths[name], 'variables')) / 2**20:.1f}",
+        variables_mib = directory_bytes(os.path.join(paths[name], "variables")) / 2**20
+        table.add_row(name, f"{variables_mib:.1f}",
                       f"{(report.table_bytes_after if report else fp32_tables) / 2**20:.1f}",
                       f"{diff:.2e}", f"{ms:.2f}", f"{ms / base:.2f}x")
     console.print(table)

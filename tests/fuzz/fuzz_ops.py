@@ -638,8 +638,9 @@ def pool_bound(terms, droppable, denom):
     weight folded into the int8 scale as the kernels do; w_i * value for
     fp16). The bound is the kernels' (quantization.pooled_error_bound) plus
     what flush-to-zero adds: terms that FTZ/DAZ may drop count in full, plus
-    FLT_MIN per operation for flushed partial results. Elements where a float32 intermediate may overflow, and dropped
-    non-finite terms (0 * Inf versus w * Inf), are not checked.
+    FLT_MIN per operation for flushed partial results. Elements where a
+    float32 intermediate may overflow, and dropped non-finite terms (0 * Inf
+    versus w * Inf), are not checked.
     """
     n = terms.shape[0]
     finite = np.isfinite(terms)

@@ -54,7 +54,7 @@ def test_prefetch_policy_quick():
     assert sorted((s, d, a) for s, d, a, _ in cells) == [
         ("fp16", "12", "46"), ("fp16", "64", "21"), ("int8", "12", "29"),
         ("int8", "64", "21")], out
-    for storage, dim, ahead, cell in cells:
+    for _, dim, _, cell in cells:
         times = cell.split(" / ")
         assert len(times) == 3 and all(float(t.strip("*")) > 0 for t in times), out
         # One choice marked; bags of 20 ids of dim 12 rows from a 50k-row

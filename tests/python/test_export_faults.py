@@ -96,7 +96,9 @@ def test_sigkill_at_random_points_leaves_src_and_no_dst(source, tmp_path):
     # has grown past a random size; then at random times over the whole run.
     reference_bytes = sum(os.path.getsize(f) for f in data_shards(str(tmp_path / "reference")))
     for fraction in (0.0, *rng.uniform(0.1, 0.9, 2)):
-        def mid_write(pid, limit=max(fraction * reference_bytes, 1)):
+        limit = max(fraction * reference_bytes, 1)
+
+        def mid_write(pid, limit=limit):
             return shard_bytes_written_by(str(tmp_path), pid) >= limit
         kills.append(("checkpoint write", kill_when(export_command(source, dst), mid_write)))
     for delay in rng.uniform(0.2, 1.0, 3) * duration:
@@ -169,7 +171,8 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(source, output_sizes, tmp
         dst = volume / "dst"
         result = subprocess.run(export_command(source, str(dst)), capture_output=True,
                                 text=True, preexec_fn=preexec)
-        lines = [l for l in result.stderr.splitlines() if l.startswith("tfce-export:")]
+        lines = [line for line in result.stderr.splitlines()
+                 if line.startswith("tfce-export:")]
         assert result.returncode == 1, result.stderr[-3000:]
         assert len(lines) == 1 and reason in lines[0], result.stderr[-3000:]
         if where == "checkpoint":

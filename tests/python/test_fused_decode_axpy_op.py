@@ -1,5 +1,5 @@
 """FusedDecodeAxpy against the float64 numpy reference, and its bad inputs
-(reliability matrix 4b). Runs on the ISA row chosen by TFCE_ISA (see
+(docs/bad_input_matrix.md, 4b). Runs on the ISA row chosen by TFCE_ISA (see
 test_isa.py, which re-runs this file on every row the CPU supports).
 
 Error bound: the kernels accumulate a bag of L rows in float32, so each
@@ -34,9 +34,10 @@ class PoolValuesTest(tf.test.TestCase, parameterized.TestCase):
         got = np.asarray(got, np.float64)
         self.assertEqual(got.shape, want.shape)
         excess = np.abs(got - want) - bound
+        worst = (np.unravel_index(excess.argmax(), excess.shape)
+                 if excess.size else None)
         self.assertLessEqual(excess.max(initial=-1), 0,
-                             msg=f"worst error beyond bound at "
-                                 f"{np.unravel_index(excess.argmax(), excess.shape) if excess.size else None}")
+                             msg=f"worst error beyond bound at {worst}")
 
     @parameterized.product(fmt=FORMATS, combiner=COMBINERS,
                            weighted=(False, True),
@@ -81,7 +82,7 @@ class PoolValuesTest(tf.test.TestCase, parameterized.TestCase):
         # lengths, changes, empty bags (also first and last) and long gaps.
         rng = np.random.default_rng(13)
         ct = tfce.quantize(reference.random_table(rng, 50, 5), "int8")
-        for trial in range(20):
+        for _ in range(20):
             lengths = np.concatenate([
                 np.full(rng.integers(1, 6), rng.choice([0, 1, 2, 3, 7, 40]))
                 for _ in range(rng.integers(1, 12))])
@@ -156,7 +157,8 @@ class PoolValuesTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class PoolBadInputTest(tf.test.TestCase, parameterized.TestCase):
-    """Every row of reliability matrix 4b, eagerly and in a graph."""
+    """Every row of the bad-input matrix 4b (docs/bad_input_matrix.md),
+    eagerly and in a graph."""
 
     def setUp(self):
         super().setUp()

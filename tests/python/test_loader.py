@@ -22,7 +22,8 @@ def probe(library):
         timeout=300, env={**os.environ, _loader.LIBRARY_ENV: str(library)},
         check=False)
     assert result.returncode == 0, result.stderr
-    errors = [l for l in result.stdout.splitlines() if l.startswith("ERROR:")]
+    errors = [line for line in result.stdout.splitlines()
+              if line.startswith("ERROR:")]
     assert errors, result.stdout
     return errors[0]
 

@@ -1,5 +1,5 @@
 """CompressedEmbeddingLookup against the numpy reference, and its bad inputs
-(reliability matrix 4a). Runs on the ISA row chosen by TFCE_ISA (see
+(docs/bad_input_matrix.md, 4a). Runs on the ISA row chosen by TFCE_ISA (see
 test_isa.py, which re-runs this file on every row the CPU supports)."""
 import collections
 
@@ -139,7 +139,8 @@ class LookupValuesTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class LookupBadInputTest(tf.test.TestCase, parameterized.TestCase):
-    """Every row of reliability matrix 4a, eagerly and in a graph."""
+    """Every row of the bad-input matrix 4a (docs/bad_input_matrix.md),
+    eagerly and in a graph."""
 
     def assert_invalid(self, pattern, table, scales, ids):
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, pattern):

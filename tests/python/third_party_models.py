@@ -544,8 +544,8 @@ def build_tf2_dense_features(export_dir):
     tables = [v for v in dense_features.variables
               if len(v.shape) == 2 and v.dtype == tf.float32]
     # The shared table, made by the creator (one per graph key; one here).
-    shared_tables = list(shared[0].shared_embedding_column_creator
-                         ._embedding_weights.values())  # noqa: SLF001
+    creator = shared[0].shared_embedding_column_creator
+    shared_tables = list(creator._embedding_weights.values())  # noqa: SLF001
     if len(shared_tables) != 1:
         raise RuntimeError(f"expected one shared embedding table, the creator made "
                            f"{len(shared_tables)}")

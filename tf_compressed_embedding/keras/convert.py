@@ -1,6 +1,8 @@
 """Converting trained Keras models to compressed embeddings: a copy of a
 model with its tables compressed, and Keras' own int8 Embedding layout in
 the ``"int8"`` format."""
+from __future__ import annotations
+
 import keras
 import numpy as np
 
@@ -9,7 +11,8 @@ from tf_compressed_embedding.keras.layer import (CompressedEmbedding,
                                                  float_policy, to_numpy)
 
 
-def quantize_embeddings(model, mode, min_rows=0):
+def quantize_embeddings(model: keras.Model, mode: str,
+                        min_rows: int = 0) -> keras.Model:
     """Returns a copy of ``model`` with its embedding tables compressed.
 
     Every ``keras.layers.Embedding`` (the class itself; subclasses such as
@@ -133,7 +136,8 @@ def _compressed_copy(layer, mode):
     return new
 
 
-def keras_int8_to_tfce(values, inverse_scales, name="embedding"):
+def keras_int8_to_tfce(values: np.ndarray, inverse_scales: np.ndarray,
+                       name: str = "embedding") -> tuple[np.ndarray, np.ndarray]:
     """Converts Keras' int8 Embedding layout to the ``"int8"`` format.
 
     Keras stores ``q = round(x * s)`` with ``s = 127 / (max|row| + eps)`` and

@@ -160,7 +160,7 @@ class CompressedEmbedding(keras.layers.Layer):
             _check_mode(quantization_mode)
         if kwargs.pop("input_length", None) is not None:
             warnings.warn("Argument `input_length` is deprecated (as in "
-                          "keras.layers.Embedding). Just remove it.")
+                          "keras.layers.Embedding). Just remove it.", stacklevel=2)
         super().__init__(**kwargs)
         policy_mode = getattr(self.dtype_policy, "quantization_mode", None)
         if policy_mode is not None:
