@@ -59,8 +59,8 @@ class _Table:
     placeholders: dict = dataclasses.field(default_factory=dict)  # signature -> [ph]
 
 
-def _check_arguments(src, dst, dtype, ops, min_rows, chunk_rows, overwrite):
-    quantization.check_format(dtype)
+def _check_arguments(src, dst, fmt, ops, min_rows, chunk_rows, overwrite):
+    quantization.check_format(fmt)
     if ops not in OPS_MODES:
         raise ExportError(f"ops must be one of {', '.join(OPS_MODES)}, got {ops!r}")
     if min_rows < 0:
@@ -94,7 +94,7 @@ def _bytes_per_row(dim, fmt):
         np.prod(quantization.scales_shape(fmt, 1)))
 
 
-def choose_tables(analyses, tables, keep, min_rows, dtype, progress, warn):
+def choose_tables(analyses, tables, keep, min_rows, fmt, progress, warn):
     """({uid: _Table} of the tables to convert, [names kept FP32 by `keep`],
     {name: op} of the variables of at least `min_rows` rows that no lookup
     reads, e.g. a retrieval model's candidate matrix or a dense kernel, left
@@ -123,11 +123,11 @@ def choose_tables(analyses, tables, keep, min_rows, dtype, progress, warn):
             if loc.full_shape[0] < min_rows:
                 continue
             dim = loc.full_shape[1]
-            if _bytes_per_row(dim, dtype) >= 4 * dim and tables is None:
+            if _bytes_per_row(dim, fmt) >= 4 * dim and tables is None:
                 if loc.name not in unshrunk:
                     unshrunk.add(loc.name)
-                    warn(f"table {loc.name!r} left FP32: {dtype} would store "
-                         f"{_bytes_per_row(dim, dtype)} bytes per row of dim {dim}, "
+                    warn(f"table {loc.name!r} left FP32: {fmt} would store "
+                         f"{_bytes_per_row(dim, fmt)} bytes per row of dim {dim}, "
                          f"FP32 stores {4 * dim}; --tables naming it converts it "
                          f"anyway")
                 continue
@@ -187,14 +187,15 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
       ExportError: anything refused or failed; `dst` is then left untouched.
     """
     progress = progress or Progress()
-    _check_arguments(src, dst, dtype, ops, min_rows, chunk_rows, overwrite)
+    fmt = dtype  # the storage format (the public argument keeps TF's word)
+    _check_arguments(src, dst, fmt, ops, min_rows, chunk_rows, overwrite)
     if ops == "fused":
         import tf_compressed_embedding as tfce
         try:
             tfce.load_ops()
         except tfce.OpLibraryError as e:
             raise ExportError(f"--ops fused needs the op library: {e}") from None
-    result = ExportReport(os.path.abspath(src), os.path.abspath(dst), dtype, ops)
+    result = ExportReport(os.path.abspath(src), os.path.abspath(dst), fmt, ops)
     progress.stage(f"reading {src}")
     if isolate:
         probe.check_loadable(src)
@@ -215,7 +216,7 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
         result.warnings.append(text)
 
     chosen, result.kept_fp32, result.not_lookups = choose_tables(
-        analyses, tables, keep, min_rows, dtype, progress, warn)
+        analyses, tables, keep, min_rows, fmt, progress, warn)
     if not chosen:
         raise ExportError(
             f"found no table to compress in {src}: no float32 rank-2 variable of at "
@@ -231,7 +232,7 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
         out = os.path.join(workdir, "model")
         # Inputs are derived from the source graphs, before the rewrite edits them.
         feeds = _feeds(src, analyses, chosen, examples) if verify else None
-        _write(source, analyses, chosen, dtype, ops, chunk_rows, out, progress, result)
+        _write(source, analyses, chosen, fmt, ops, chunk_rows, out, progress, result)
         if verify:
             progress.stage("verifying in fresh processes")
             worst = max(t.relative_error for t in result.tables)
@@ -257,13 +258,13 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
     return result
 
 
-def _write(source, analyses, chosen, dtype, ops, chunk_rows, out, progress, result):
+def _write(source, analyses, chosen, fmt, ops, chunk_rows, out, progress, result):
     progress.stage("rewriting signatures")
     module = output_model.ExportedModel()
     compressed, kept, streams, full_shapes = {}, {}, [], {}
     for i, table in enumerate(sorted(chosen.values(), key=lambda t: t.location.name)):
         rows, dim = table.location.shape
-        compressed[table.uid] = output_model.CompressedVariables(i, rows, dim, dtype)
+        compressed[table.uid] = output_model.CompressedVariables(i, rows, dim, fmt)
         module.compressed_tables.append(compressed[table.uid])
 
     def resolve(binding):
@@ -284,7 +285,7 @@ def _write(source, analyses, chosen, dtype, ops, chunk_rows, out, progress, resu
     signature_functions, counts = {}, {}
     for analysis in analyses:
         mine = {p: uid for uid, t in chosen.items() for p in t.placeholders.get(analysis.key, ())}
-        rewritten = rewrite(analysis, mine, dtype, ops)
+        rewritten = rewrite(analysis, mine, fmt, ops)
         for uid, (lookups, pooled) in rewritten.lookup_counts.items():
             total = counts.setdefault(uid, [0, 0])
             total[0] += lookups
@@ -296,12 +297,12 @@ def _write(source, analyses, chosen, dtype, ops, chunk_rows, out, progress, resu
 
     for index, variables in enumerate(module.compressed_tables):
         uid = next(u for u, t in compressed.items() if t is variables)
-        table_report = new_report(chosen[uid].location, dtype)
+        table_report = new_report(chosen[uid].location, fmt)
         table_report.signatures = sorted(chosen[uid].placeholders)
         table_report.lookups, table_report.pooled_lookups = counts.get(uid, (0, 0))
         result.tables.append(table_report)
         streams.append(_table_stream(source, chosen[uid].location, variables, index,
-                                     dtype, chunk_rows, table_report, full_shapes,
+                                     fmt, chunk_rows, table_report, full_shapes,
                                      progress))
     progress.stage("writing the compressed checkpoint")
     output_model.rebuild_checkpoint(out, streams)
@@ -315,12 +316,12 @@ def _variable_name(variable):
     return variable.name.split(":")[0]
 
 
-def _table_stream(source, loc, variables, index, dtype, chunk_rows, table_report,
+def _table_stream(source, loc, variables, index, fmt, chunk_rows, table_report,
                   full_shapes, progress):
     """Registers one table's variables in `full_shapes`; returns the stream of
     its encoded chunks (data and scales from one pass over the source)."""
     rows, dim = loc.shape
-    storage = quantization.storage_dtype(dtype)
+    storage = quantization.storage_dtype(fmt)
     tensors = [(output_model.variable_key(f"compressed_tables/{index}/data"), (rows, dim),
                 storage)]
     full_shapes[_variable_name(variables.data)] = tensors[0][:2]
@@ -332,7 +333,7 @@ def _table_stream(source, loc, variables, index, dtype, chunk_rows, table_report
 
     def chunks():
         progress.table(loc.name, rows)
-        for _, data, scales in encoded_chunks(source.checkpoint, loc, dtype,
+        for _, data, scales in encoded_chunks(source.checkpoint, loc, fmt,
                                               rows_per_chunk, table_report,
                                               progress.rows_done):
             yield (data, scales) if len(tensors) == 2 else (data,)

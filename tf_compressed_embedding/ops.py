@@ -154,7 +154,10 @@ def _row_major(sparse_ids, sparse_weights):
     return sparse_ids, sparse_weights
 
 
-def _reject_max_norm(max_norm):
+def _pooling_combiner(combiner, max_norm):
+    """The combiner of a tf.nn-style sparse lookup (None means "mean", as in
+    TF), checked; ``max_norm`` refused."""
+    combiner = _bags.check_combiner("mean" if combiner is None else combiner)
     if max_norm is not None:
         raise ValueError(
             "max_norm is not supported when pooling a compressed table (the "
@@ -162,6 +165,7 @@ def _reject_max_norm(max_norm):
             "the float32 table's rows to that norm before quantizing it "
             "(tf.clip_by_norm(table, max_norm, axes=[1])), which gives the "
             "same result up to quantization error, and pass max_norm=None")
+    return combiner
 
 
 def embedding_lookup_sparse(table, sp_ids, sp_weights=None, combiner="mean",
@@ -191,10 +195,7 @@ def embedding_lookup_sparse(table, sp_ids, sp_weights=None, combiner="mean",
         cannot match the ids' (when known while the graph is built).
     """
     del allow_fast_lookup
-    if combiner is None:
-        combiner = "mean"
-    _bags.check_combiner(combiner)
-    _reject_max_norm(max_norm)
+    combiner = _pooling_combiner(combiner, max_norm)
     with tf.name_scope(name or "embedding_lookup_sparse"):
         bags = _bags_of(sp_ids, sp_weights)
         # As TF: a SparseTensor gives max(row index) + 1 rows.
@@ -229,10 +230,7 @@ def safe_embedding_lookup_sparse(table, sparse_ids, sparse_weights=None,
     The entries of ``sparse_ids`` may be in any order, as TF allows here.
     """
     del allow_fast_lookup
-    if combiner is None:
-        combiner = "mean"
-    _bags.check_combiner(combiner)
-    _reject_max_norm(max_norm)
+    combiner = _pooling_combiner(combiner, max_norm)
     with tf.name_scope(name or "safe_embedding_lookup_sparse"):
         if isinstance(sparse_ids, tf.RaggedTensor):
             sparse_ids = sparse_ids.to_sparse()
