@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "benchmarks/bench_memory.h"
-#include "kernels/dispatch.h"
-#include "kernels/kernel_api.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel_api.h"
 
 namespace {
 

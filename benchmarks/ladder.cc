@@ -35,9 +35,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/fp16.h"
-#include "kernels/kernel_api.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/fp16.h"
+#include "kernels/core/kernel_api.h"
 
 namespace {
 

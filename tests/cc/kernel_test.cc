@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu_features.h"
-#include "kernels/dispatch.h"
-#include "kernels/fp16.h"
-#include "kernels/kernel_api.h"
-#include "kernels/tuning_env.h"
+#include "kernels/core/cpu_features.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/fp16.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/core/tuning_env.h"
 
 namespace tfce {
 namespace {

@@ -19,7 +19,7 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def test_kernels_against_reference_under_sanitizers(tmp_path):
-    assert "kernels/kernel_ref.cc" in kernel_objects.kernel_sources()
+    assert "kernels/core/kernel_ref.cc" in kernel_objects.kernel_sources()
     objects = kernel_objects.compile_kernels(str(tmp_path), SANITIZE, opt="-O2")
     binary = str(tmp_path / "kernel_test")
     subprocess.run(["g++", "-std=c++17", "-O1", "-I.", *SANITIZE,

@@ -1,4 +1,4 @@
-#include "kernels/cpu_features.h"
+#include "kernels/core/cpu_features.h"
 
 #include <unistd.h>
 

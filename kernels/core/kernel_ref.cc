@@ -2,13 +2,13 @@
 // oracle every ISA kernel is tested against, and the fallback on any CPU.
 // Built with no ISA flags and -ffp-contract=off, so its rounding is exactly
 // "multiply, then add" on every compiler and CPU.
-#include "kernels/kernel_api.h"
+#include "kernels/core/kernel_api.h"
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/fp16.h"
+#include "kernels/core/fp16.h"
 
 namespace tfce {
 namespace ref {

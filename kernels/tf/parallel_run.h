@@ -6,8 +6,8 @@
 // caller computes too and spins for the last chunk instead of sleeping, and a
 // pool thread that ran chunks stands by for a short while for the next split
 // call, as OpenMP runtimes do, so back-to-back calls need no wake-up.
-#ifndef TFCE_KERNELS_PARALLEL_RUN_H_
-#define TFCE_KERNELS_PARALLEL_RUN_H_
+#ifndef TFCE_KERNELS_TF_PARALLEL_RUN_H_
+#define TFCE_KERNELS_TF_PARALLEL_RUN_H_
 
 #include <cstdint>
 #include <functional>
@@ -53,4 +53,4 @@ void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
 
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_PARALLEL_RUN_H_
+#endif  // TFCE_KERNELS_TF_PARALLEL_RUN_H_

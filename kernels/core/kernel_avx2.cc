@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "kernels/kernel_api.h"
-#include "kernels/stage_bytes_inl.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/core/stage_bytes_inl.h"
 
 namespace tfce {
 namespace {
@@ -82,7 +82,7 @@ struct Avx2 {
 }  // namespace
 }  // namespace tfce
 
-#include "kernels/simd_kernels_inl.h"
+#include "kernels/core/simd_kernels_inl.h"
 
 namespace tfce {
 namespace avx2 {

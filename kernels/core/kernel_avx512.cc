@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/kernel_api.h"
+#include "kernels/core/kernel_api.h"
 
 namespace tfce {
 namespace {
@@ -52,7 +52,7 @@ struct Avx512 {
 }  // namespace
 }  // namespace tfce
 
-#include "kernels/simd_kernels_inl.h"
+#include "kernels/core/simd_kernels_inl.h"
 
 namespace tfce {
 namespace avx512 {

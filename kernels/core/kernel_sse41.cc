@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "kernels/kernel_api.h"
-#include "kernels/stage_bytes_inl.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/core/stage_bytes_inl.h"
 
 namespace tfce {
 namespace {
@@ -84,7 +84,7 @@ struct Sse41 {
 }  // namespace
 }  // namespace tfce
 
-#include "kernels/simd_kernels_inl.h"
+#include "kernels/core/simd_kernels_inl.h"
 
 namespace tfce {
 namespace sse41 {

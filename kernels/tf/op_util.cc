@@ -1,4 +1,4 @@
-#include "kernels/op_util.h"
+#include "kernels/tf/op_util.h"
 
 #include <algorithm>
 #include <limits>

@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/huge_pages.h"
-#include "kernels/kernel_api.h"
-#include "kernels/op_util.h"
-#include "kernels/parallel_run.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/tf/huge_pages.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/tf/op_util.h"
+#include "kernels/tf/parallel_run.h"
 #include "tensorflow/core/framework/bounds_check.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"

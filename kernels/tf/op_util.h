@@ -1,14 +1,14 @@
 // Helpers shared by the two OpKernels: table validation, turning a kernel's
 // `false` into a precise error, kernel selection.
-#ifndef TFCE_KERNELS_OP_UTIL_H_
-#define TFCE_KERNELS_OP_UTIL_H_
+#ifndef TFCE_KERNELS_TF_OP_UTIL_H_
+#define TFCE_KERNELS_TF_OP_UTIL_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/dispatch.h"
-#include "kernels/kernel_api.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel_api.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
@@ -53,4 +53,4 @@ absl::Status GetKernels(const KernelSet** kernels);
 
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_OP_UTIL_H_
+#endif  // TFCE_KERNELS_TF_OP_UTIL_H_

@@ -1,4 +1,4 @@
-#include "kernels/huge_pages.h"
+#include "kernels/tf/huge_pages.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -6,7 +6,7 @@
 #include <set>
 #include <utility>
 
-#include "kernels/dispatch.h"
+#include "kernels/core/dispatch.h"
 
 #if defined(__linux__)
 #include <sys/mman.h>

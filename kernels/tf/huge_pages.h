@@ -9,12 +9,12 @@
 // 2 MiB-aligned interior with huge pages.
 //
 // TF-free; a no-op on other systems.
-#ifndef TFCE_KERNELS_HUGE_PAGES_H_
-#define TFCE_KERNELS_HUGE_PAGES_H_
+#ifndef TFCE_KERNELS_TF_HUGE_PAGES_H_
+#define TFCE_KERNELS_TF_HUGE_PAGES_H_
 
 #include <cstdint>
 
-#include "kernels/kernel_api.h"
+#include "kernels/core/kernel_api.h"
 
 namespace tfce {
 
@@ -39,4 +39,4 @@ int64_t HugePageBytes();
 
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_HUGE_PAGES_H_
+#endif  // TFCE_KERNELS_TF_HUGE_PAGES_H_

@@ -1,12 +1,12 @@
-#include "kernels/dispatch.h"
+#include "kernels/core/dispatch.h"
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
-#include "kernels/cpu_features.h"
-#include "kernels/tuning_env.h"
+#include "kernels/core/cpu_features.h"
+#include "kernels/core/tuning_env.h"
 
 namespace tfce {
 

@@ -1,11 +1,11 @@
 // The one dispatch table: which kernel set runs, chosen once per process.
-#ifndef TFCE_KERNELS_DISPATCH_H_
-#define TFCE_KERNELS_DISPATCH_H_
+#ifndef TFCE_KERNELS_CORE_DISPATCH_H_
+#define TFCE_KERNELS_CORE_DISPATCH_H_
 
 #include <cstdint>
 #include <string>
 
-#include "kernels/kernel_api.h"
+#include "kernels/core/kernel_api.h"
 
 namespace tfce {
 
@@ -68,4 +68,4 @@ int64_t PoolPrefetchRows(const TableView& table, double ids_per_bag);
 
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_DISPATCH_H_
+#endif  // TFCE_KERNELS_CORE_DISPATCH_H_

@@ -25,8 +25,8 @@
 // every id with one unsigned compare and return false at the first id
 // outside [0, rows); the caller then re-scans to build a precise error.
 // Outputs may be partially written when a kernel returns false.
-#ifndef TFCE_KERNELS_KERNEL_API_H_
-#define TFCE_KERNELS_KERNEL_API_H_
+#ifndef TFCE_KERNELS_CORE_KERNEL_API_H_
+#define TFCE_KERNELS_CORE_KERNEL_API_H_
 
 #include <cstdint>
 
@@ -79,4 +79,4 @@ using PoolFn = bool (*)(const PoolArgs&);
 
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_KERNEL_API_H_
+#endif  // TFCE_KERNELS_CORE_KERNEL_API_H_

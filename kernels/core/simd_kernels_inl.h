@@ -27,12 +27,12 @@
 //  - two independent accumulator sets over alternate ids when a block is
 //    short, so consecutive FMAs do not wait on each other;
 //  - software prefetch of the rows `prefetch_rows` ids ahead.
-#ifndef TFCE_KERNELS_SIMD_KERNELS_INL_H_
-#define TFCE_KERNELS_SIMD_KERNELS_INL_H_
+#ifndef TFCE_KERNELS_CORE_SIMD_KERNELS_INL_H_
+#define TFCE_KERNELS_CORE_SIMD_KERNELS_INL_H_
 
 #include <cstdint>
 
-#include "kernels/kernel_api.h"
+#include "kernels/core/kernel_api.h"
 
 namespace tfce {
 namespace {
@@ -405,4 +405,4 @@ bool SimdPool(const PoolArgs& args) {
 }  // namespace
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_SIMD_KERNELS_INL_H_
+#endif  // TFCE_KERNELS_CORE_SIMD_KERNELS_INL_H_

@@ -1,7 +1,7 @@
 // Exact IEEE binary16 -> binary32 conversion with integer operations only,
 // so the reference kernel needs no F16C and gives the same bits everywhere.
-#ifndef TFCE_KERNELS_FP16_H_
-#define TFCE_KERNELS_FP16_H_
+#ifndef TFCE_KERNELS_CORE_FP16_H_
+#define TFCE_KERNELS_CORE_FP16_H_
 
 #include <cstdint>
 #include <cstring>
@@ -34,4 +34,4 @@ inline float HalfBitsToFloat(uint16_t h) {
 
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_FP16_H_
+#endif  // TFCE_KERNELS_CORE_FP16_H_
