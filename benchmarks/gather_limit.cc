@@ -27,6 +27,7 @@
 
 #include "benchmarks/bench_memory.h"
 #include "kernels/core/dispatch.h"
+#include "kernels/core/prefetch_policy.h"
 #include "kernels/core/kernel_api.h"
 
 namespace {
@@ -173,12 +174,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(distance), ns, lines);
     }
     if (l.scales == nullptr && l.stride != dim * 2) continue;  // no kernel
-    std::string error;
-    const tfce::KernelSet* kernels = tfce::SelectedKernels(&error);
-    if (kernels == nullptr) {
-      std::fprintf(stderr, "%s\n", error.c_str());
-      return 1;
-    }
+    const tfce::KernelVariant& kernels = bench::SelectedVariantOrExit();
     tfce::PoolArgs args{};
     args.table = tfce::TableView{
         l.scales ? tfce::Storage::kInt8 : tfce::Storage::kFp16, l.rows,
@@ -194,9 +190,9 @@ int main(int argc, char** argv) {
       a.bag_begin = b0;
       a.bag_end = b1;
       a.out = outs[b0 * threads / kBags].data();
-      if (!kernels->pool(a)) std::abort();
+      if (!kernels.pool(a)) std::abort();
     });
-    std::printf("%s,kernel_%s,%lld,%.3f,%.3f\n", l.name, kernels->isa,
+    std::printf("%s,kernel_%s,%lld,%.3f,%.3f\n", l.name, kernels.name,
                 static_cast<long long>(args.prefetch_rows), ns, lines);
   }
   int64_t total = 0;

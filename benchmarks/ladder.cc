@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "kernels/core/dispatch.h"
+#include "kernels/core/prefetch_policy.h"
 #include "kernels/core/fp16.h"
 #include "kernels/core/kernel_api.h"
 
@@ -228,19 +229,19 @@ void Fp32Pool(const Workload& w, const int64_t* ids, float* out,
 
 // ---------------------------------------------------------- steps 5-6
 
-const tfce::KernelSet& Row(const char* isa) {
+const tfce::KernelVariant& Variant(const char* name) {
   int n = 0;
-  const tfce::KernelSet* rows = tfce::KernelTable(&n);
+  const tfce::KernelVariant* variants = tfce::KernelVariants(&n);
   for (int i = 0; i < n; ++i) {
-    if (std::strcmp(rows[i].isa, isa) == 0) return rows[i];
+    if (std::strcmp(variants[i].name, name) == 0) return variants[i];
   }
-  std::fprintf(stderr, "no kernel row %s\n", isa);
+  std::fprintf(stderr, "no kernel variant %s\n", name);
   std::exit(2);
 }
 
 void Shipped(const Workload& w, Storage s, const int64_t* ids, float* out,
              int64_t prefetch_rows) {
-  static const tfce::KernelSet& avx2 = Row("avx2");
+  static const tfce::KernelVariant& avx2 = Variant("avx2");
   tfce::PoolArgs a;
   a.table = tfce::TableView{s, s == Storage::kInt8 ? static_cast<const void*>(w.q.data())
                                                    : static_cast<const void*>(w.half.data()),

@@ -1,7 +1,7 @@
 // The shipped pooling kernel with software prefetch off, 16 rows ahead
 // (kDefaultPrefetchRows) and PrefetchDistance(table) rows ahead, per table
 // size, dim and bag length: the measurements behind the ops' prefetch policy
-// (tfce::PoolPrefetchRows, kernels/dispatch.h). No TensorFlow in the loop.
+// (tfce::PoolPrefetchRows, kernels/core/prefetch_policy.h). No TensorFlow in the loop.
 //
 // Usage: prefetch_policy ROWS DIM IDS_PER_BAG REPEATS
 // CSV on stdout: storage,prefetch,ns_per_row,policy (the distance the ops
@@ -16,6 +16,7 @@
 
 #include "benchmarks/bench_memory.h"
 #include "kernels/core/dispatch.h"
+#include "kernels/core/prefetch_policy.h"
 #include "kernels/core/kernel_api.h"
 
 namespace {
@@ -32,12 +33,7 @@ int main(int argc, char** argv) {
   const int64_t rows = std::atoll(argv[1]), dim = std::atoll(argv[2]);
   const int64_t per_bag = std::atoll(argv[3]);
   const int repeats = std::atoi(argv[4]);
-  std::string error;
-  const tfce::KernelSet* kernels = tfce::SelectedKernels(&error);
-  if (kernels == nullptr) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    return 1;
-  }
+  const tfce::KernelVariant& kernels = bench::SelectedVariantOrExit();
   const auto batches = bench::IdBatches(rows, per_bag);
   std::vector<int64_t> offsets(kBags + 1);
   for (int64_t b = 0; b <= kBags; ++b) offsets[b] = b * per_bag;
@@ -78,7 +74,7 @@ int main(int argc, char** argv) {
         tfce::PoolArgs a = args;
         a.prefetch_rows = distance;
         a.ids = tfce::IdsView{batches[it % batches.size()].data(), true};
-        if (!kernels->pool(a)) std::abort();
+        if (!kernels.pool(a)) std::abort();
       }
     };
     // Round-robin over the distances, so drift on a shared machine hits

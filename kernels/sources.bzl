@@ -19,8 +19,9 @@
 KERNEL_SOURCES = {
     "core/cpu_features.cc": [],
     "core/dispatch.cc": [],
-    "core/kernel_ref.cc": ["-ffp-contract=off"],
-    "core/kernel_sse41.cc": ["-ffp-contract=off", "-msse4.1"],
+    "core/prefetch_policy.cc": [],
+    "core/kernel_scalar.cc": ["-ffp-contract=off"],
+    "core/kernel_sse.cc": ["-ffp-contract=off", "-msse4.1"],
     "core/kernel_avx2.cc": ["-ffp-contract=off", "-mavx2", "-mfma", "-mf16c"],
     "core/kernel_avx512.cc": [
         "-ffp-contract=off",
@@ -37,4 +38,5 @@ KERNEL_SOURCES = {
     "tf/op_util.cc": [],
     "tf/parallel_run.cc": [],
     "tf/huge_pages.cc": [],
+    "tf/c_api.cc": [],
 }

@@ -1,7 +1,8 @@
 // TF-free interface between the OpKernels and the per-ISA compute kernels.
 //
-// Every kernel in the dispatch table (kernel_ref.cc, and one file per ISA)
-// implements exactly these semantics; kernel_ref.cc is the specification.
+// Every kernel variant in the dispatch table (kernel_scalar.cc, and one file
+// per ISA) implements exactly these semantics; kernel_scalar.cc, the scalar
+// reference, is the specification.
 //
 //   decode(r)[d] = float(table_int8[r][d]) * scales[r]      (Storage::kInt8)
 //   decode(r)[d] = float(table_fp16[r][d])                  (Storage::kFp16)
@@ -15,7 +16,7 @@
 //                acc[:] += (w * scale(ids[i])) * value(ids[i])[:]
 //                          (= w * decode(ids[i]) up to rounding; the weight
 //                          is folded into the scale, 1 for fp16, so every
-//                          row agrees where a product overflows; the decoded
+//                          variant agrees where a product overflows; the decoded
 //                          row is never stored)
 //                wsum += w;  w2sum += w * w
 //              denom = 1 (sum) | wsum (mean) | sqrt(w2sum) (sqrtn)
@@ -73,6 +74,15 @@ struct PoolArgs {
   // changes results, and the reference kernel ignores it.
   int64_t prefetch_rows;
 };
+
+// Bytes of one stored row of `table`, and of its separate scale (int8: one
+// float32 per row; fp16: none).
+inline int64_t RowBytes(const TableView& table) {
+  return table.dim * (table.storage == Storage::kInt8 ? 1 : 2);
+}
+inline int64_t ScaleBytes(const TableView& table) {
+  return table.storage == Storage::kInt8 ? 4 : 0;
+}
 
 using LookupFn = bool (*)(const LookupArgs&);
 using PoolFn = bool (*)(const PoolArgs&);

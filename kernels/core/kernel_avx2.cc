@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/core/kernel_api.h"
+#include "kernels/core/kernel_variants.h"
 #include "kernels/core/stage_bytes_inl.h"
 
 namespace tfce {
@@ -84,11 +85,4 @@ struct Avx2 {
 
 #include "kernels/core/simd_kernels_inl.h"
 
-namespace tfce {
-namespace avx2 {
-
-bool Lookup(const LookupArgs& args) { return SimdLookup<Avx2>(args); }
-bool Pool(const PoolArgs& args) { return SimdPool<Avx2>(args); }
-
-}  // namespace avx2
-}  // namespace tfce
+TFCE_DEFINE_SIMD_KERNEL_VARIANT(avx2, Avx2)

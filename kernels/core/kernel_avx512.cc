@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/core/kernel_api.h"
+#include "kernels/core/kernel_variants.h"
 
 namespace tfce {
 namespace {
@@ -54,11 +55,4 @@ struct Avx512 {
 
 #include "kernels/core/simd_kernels_inl.h"
 
-namespace tfce {
-namespace avx512 {
-
-bool Lookup(const LookupArgs& args) { return SimdLookup<Avx512>(args); }
-bool Pool(const PoolArgs& args) { return SimdPool<Avx512>(args); }
-
-}  // namespace avx512
-}  // namespace tfce
+TFCE_DEFINE_SIMD_KERNEL_VARIANT(avx512, Avx512)

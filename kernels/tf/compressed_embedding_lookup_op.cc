@@ -1,10 +1,10 @@
-// CompressedEmbeddingLookup: validate, allocate, run the selected kernel.
-#include <atomic>
+// CompressedEmbeddingLookup: validate, allocate, run the selected kernel
+// variant sharded, report a bad id.
 #include <cstdint>
 
 #include "kernels/core/dispatch.h"
-#include "kernels/tf/huge_pages.h"
 #include "kernels/core/kernel_api.h"
+#include "kernels/core/prefetch_policy.h"
 #include "kernels/tf/op_util.h"
 #include "kernels/tf/parallel_run.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -14,28 +14,20 @@
 namespace tfce {
 namespace {
 
-using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
-class CompressedEmbeddingLookupOp : public OpKernel {
+class CompressedEmbeddingLookupOp : public CompressedTableOp {
  public:
   explicit CompressedEmbeddingLookupOp(OpKernelConstruction* ctx)
-      : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, GetKernels(&kernels_));
-    OP_REQUIRES_OK(ctx, ReadMaxThreads(ctx, &max_threads_));
-  }
+      : CompressedTableOp(ctx) {}
 
   void Compute(OpKernelContext* ctx) override {
-    const Tensor& table = ctx->input(0);
-    const Tensor& scales = ctx->input(1);
     const Tensor& ids = ctx->input(2);
-
     TableView view;
-    OP_REQUIRES_OK(ctx, MakeTableView(table, scales, &view));
-    AdviseHugePages(view);
+    OP_REQUIRES_OK(ctx, ReadTable(ctx, &view));
 
     TensorShape out_shape;
     OP_REQUIRES_OK(ctx, OutputShape(ids.shape(), view.dim, "ids", &out_shape));
@@ -56,21 +48,12 @@ class CompressedEmbeddingLookupOp : public OpKernel {
     args.ids = IdsView{ids.data(), ids.dtype() == tensorflow::DT_INT64};
     args.out = out->flat<float>().data();
     args.prefetch_rows = PrefetchRows();
-    std::atomic<bool> ok(true);
-    const LookupFn lookup = kernels_->lookup;
-    ParallelRun(ctx, num_ids, /*cost_per_unit=*/view.dim * 2 + 20,
-                max_threads_, [&args, &ok, lookup](int64_t begin, int64_t end) {
-                  LookupArgs shard = args;
-                  shard.begin = begin;
-                  shard.end = end;
-                  if (!lookup(shard)) ok.store(false);
-                });
-    if (!ok.load()) ctx->CtxFailure(BadIdError(ids, view.rows, nullptr));
+    if (!RunKernelSharded(ctx, variant_->lookup, args, &LookupArgs::begin,
+                          &LookupArgs::end, num_ids,
+                          /*cost_per_unit=*/view.dim * 2 + 20, max_threads_)) {
+      ctx->CtxFailure(BadIdError(ids, view.rows, nullptr));
+    }
   }
-
- private:
-  const KernelSet* kernels_ = nullptr;
-  int64_t max_threads_ = 0;  // 0: all intra-op threads
 };
 
 REGISTER_KERNEL_BUILDER(

@@ -4,6 +4,8 @@
 #include <limits>
 #include <string>
 
+#include "kernels/tf/huge_pages.h"
+#include "kernels/tf/parallel_run.h"
 #include "tensorflow/core/framework/bounds_check.h"
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/util/overflow.h"
@@ -96,10 +98,23 @@ absl::Status BadIdError(const Tensor& ids, int64_t rows,
   return absl::InternalError("ids changed while the op was reading them");
 }
 
-absl::Status GetKernels(const KernelSet** kernels) {
+absl::Status GetKernelVariant(const KernelVariant** variant) {
   std::string error;
-  *kernels = SelectedKernels(&error);
-  if (*kernels == nullptr) return absl::InvalidArgumentError(error);
+  *variant = SelectedVariant(&error);
+  if (*variant == nullptr) return absl::InvalidArgumentError(error);
+  return absl::OkStatus();
+}
+
+CompressedTableOp::CompressedTableOp(tensorflow::OpKernelConstruction* ctx)
+    : OpKernel(ctx) {
+  OP_REQUIRES_OK(ctx, GetKernelVariant(&variant_));
+  OP_REQUIRES_OK(ctx, ReadMaxThreads(ctx, &max_threads_));
+}
+
+absl::Status CompressedTableOp::ReadTable(tensorflow::OpKernelContext* ctx,
+                                          TableView* view) const {
+  TF_RETURN_IF_ERROR(MakeTableView(ctx->input(0), ctx->input(1), view));
+  AdviseHugePages(*view);
   return absl::OkStatus();
 }
 
@@ -117,12 +132,3 @@ absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
 }
 
 }  // namespace tfce
-
-#ifndef TFCE_TF_VERSION  // set by setup.py and tools/configure_bazel.py
-#define TFCE_TF_VERSION "unknown"
-#endif
-
-// Read by the Python loader (without loading) to check that this library was
-// built against the TensorFlow it is about to be loaded into.
-extern "C" __attribute__((used, visibility("default")))
-const char tfce_build_info[] = "TFCE_BUILT_FOR_TF=" TFCE_TF_VERSION ";";

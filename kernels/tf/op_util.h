@@ -1,5 +1,5 @@
-// Helpers shared by the two OpKernels: table validation, turning a kernel's
-// `false` into a precise error, kernel selection.
+// Helpers shared by the OpKernels: table validation, turning a kernel's
+// `false` into a precise error, kernel variant selection.
 #ifndef TFCE_KERNELS_TF_OP_UTIL_H_
 #define TFCE_KERNELS_TF_OP_UTIL_H_
 
@@ -48,8 +48,24 @@ constexpr int64_t kValidateFirstElements = int64_t{16} << 20;  // 64 MiB
 absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
                          const char* inputs, tensorflow::TensorShape* shape);
 
-// The kernel row chosen for this process (TFCE_ISA or CPU detection).
-absl::Status GetKernels(const KernelSet** kernels);
+// The kernel variant chosen for this process (TFCE_ISA or CPU detection).
+absl::Status GetKernelVariant(const KernelVariant** variant);
+
+// Base of the OpKernels over a compressed table (inputs 0 and 1): the kernel
+// variant and the thread cap (kMaxThreadsAttr), read at construction.
+class CompressedTableOp : public tensorflow::OpKernel {
+ public:
+  explicit CompressedTableOp(tensorflow::OpKernelConstruction* ctx);
+
+ protected:
+  // Validates inputs 0 (table) and 1 (scales) into *view (MakeTableView) and
+  // advises huge pages for the table's buffers.
+  absl::Status ReadTable(tensorflow::OpKernelContext* ctx,
+                         TableView* view) const;
+
+  const KernelVariant* variant_ = nullptr;
+  int64_t max_threads_ = 0;  // 0: all intra-op threads
+};
 
 }  // namespace tfce
 

@@ -1,4 +1,4 @@
-// SSE4.1 kernels (4 floats per vector). Only this file is built with
+// The "sse" kernel variant: SSE4.1 (4 floats per vector). Only this file is built with
 // -msse4.1. SSE4.1 CPUs may lack FMA and F16C, so this file uses a multiply
 // then an add, and decodes float16 with integer operations (exact, and
 // independent of the denormals-are-zero mode TensorFlow sets).
@@ -7,12 +7,13 @@
 #include <cstdint>
 
 #include "kernels/core/kernel_api.h"
+#include "kernels/core/kernel_variants.h"
 #include "kernels/core/stage_bytes_inl.h"
 
 namespace tfce {
 namespace {
 
-struct Sse41 {
+struct Sse {
   static constexpr int kLanes = 4;
   using Vec = __m128;
 
@@ -86,11 +87,4 @@ struct Sse41 {
 
 #include "kernels/core/simd_kernels_inl.h"
 
-namespace tfce {
-namespace sse41 {
-
-bool Lookup(const LookupArgs& args) { return SimdLookup<Sse41>(args); }
-bool Pool(const PoolArgs& args) { return SimdPool<Sse41>(args); }
-
-}  // namespace sse41
-}  // namespace tfce
+TFCE_DEFINE_SIMD_KERNEL_VARIANT(sse, Sse)
