@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "serving/prediction_log.h"
 #include "tensorflow/c/c_api.h"  // TF_Version
 #include "tensorflow/cc/saved_model/loader.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -37,7 +38,6 @@
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/protobuf/named_tensor.pb.h"
 #include "tensorflow/core/public/session.h"
-#include "serving/prediction_log.h"
 
 namespace tfce_harness {
 namespace {
@@ -55,7 +55,8 @@ struct Options {
   std::string model;
   std::string ops;
   std::string signature = kDefaultSignature;
-  std::string requests;  // empty: <model>/assets.extra/tf_serving_warmup_requests
+  std::string
+      requests;  // empty: <model>/assets.extra/tf_serving_warmup_requests
   std::string dump_outputs;
   bool warmup = false;
   long iterations = 200;
@@ -144,15 +145,16 @@ struct BoundRequest {
   std::vector<std::string> fetches;      // tensor names, same order
 };
 
-std::string TensorName(const tensorflow::TensorInfo& info, const std::string& what) {
+std::string TensorName(const tensorflow::TensorInfo& info,
+                       const std::string& what) {
   if (info.encoding_case() != tensorflow::TensorInfo::kName) {
     Fail(what + " is a composite tensor; only dense tensors are supported");
   }
   return info.name();
 }
 
-BoundRequest Bind(const tensorflow::SavedModelBundle& bundle, const Request& request,
-                  size_t index) {
+BoundRequest Bind(const tensorflow::SavedModelBundle& bundle,
+                  const Request& request, size_t index) {
   const std::string where = "request record " + std::to_string(index);
   const auto& signatures = bundle.GetSignatures();
   auto it = signatures.find(request.signature);
@@ -174,19 +176,24 @@ BoundRequest Bind(const tensorflow::SavedModelBundle& bundle, const Request& req
   for (const auto& [key, tensor] : request.inputs) {
     auto input = def.inputs().find(key);
     if (input == def.inputs().end()) {
-      Fail(where + ": signature '" + request.signature + "' has no input '" + key + "'");
+      Fail(where + ": signature '" + request.signature + "' has no input '" +
+           key + "'");
     }
     if (input->second.dtype() != tensor.dtype()) {
       Fail(where + ": input '" + key + "' is " +
-           tensorflow::DataTypeString(tensor.dtype()) + ", the signature expects " +
+           tensorflow::DataTypeString(tensor.dtype()) +
+           ", the signature expects " +
            tensorflow::DataTypeString(input->second.dtype()));
     }
-    bound.feeds.emplace_back(TensorName(input->second, "input '" + key + "'"), tensor);
+    bound.feeds.emplace_back(TensorName(input->second, "input '" + key + "'"),
+                             tensor);
   }
-  for (const auto& [key, info] : def.outputs()) bound.output_keys.push_back(key);
+  for (const auto& [key, info] : def.outputs())
+    bound.output_keys.push_back(key);
   std::sort(bound.output_keys.begin(), bound.output_keys.end());
   for (const auto& key : bound.output_keys) {
-    bound.fetches.push_back(TensorName(def.outputs().at(key), "output '" + key + "'"));
+    bound.fetches.push_back(
+        TensorName(def.outputs().at(key), "output '" + key + "'"));
   }
   return bound;
 }
@@ -202,7 +209,8 @@ absl::Status Run(tensorflow::Session* session, const BoundRequest& request,
 // ---------------------------------------------------------------------------
 // Measurements
 
-double ReadStatusMiB(const char* field) {  // a "VmXXX:  N kB" line of /proc/self/status
+double ReadStatusMiB(
+    const char* field) {  // a "VmXXX:  N kB" line of /proc/self/status
   std::ifstream status("/proc/self/status");
   std::string line;
   const std::string prefix = std::string(field) + ":";
@@ -233,8 +241,9 @@ struct RunStats {
 
 // `iterations` requests (cycling through `requests`) issued by `threads`
 // client threads that each take the next request as soon as the last returns.
-RunStats Replay(tensorflow::Session* session, const std::vector<BoundRequest>& requests,
-                long iterations, int threads) {
+RunStats Replay(tensorflow::Session* session,
+                const std::vector<BoundRequest>& requests, long iterations,
+                int threads) {
   std::atomic<long> next{0};
   std::atomic<bool> failed{false};
   std::vector<std::vector<double>> latencies(threads);
@@ -245,7 +254,8 @@ RunStats Replay(tensorflow::Session* session, const std::vector<BoundRequest>& r
       long i = next.fetch_add(1);
       if (i >= iterations) break;
       auto start = Clock::now();
-      absl::Status status = Run(session, requests[i % requests.size()], &outputs);
+      absl::Status status =
+          Run(session, requests[i % requests.size()], &outputs);
       latencies[t].push_back(Seconds(start) * 1e3);
       if (!status.ok()) {
         errors[t] = status;
@@ -277,10 +287,12 @@ RunStats Replay(tensorflow::Session* session, const std::vector<BoundRequest>& r
 // Writes every output of every request: a TFRecord of NamedTensorProto, one
 // record per output, requests in file order, outputs in sorted key order,
 // each named "<record index>/<signature>/<output key>".
-void DumpOutputs(tensorflow::Session* session, const std::vector<BoundRequest>& requests,
+void DumpOutputs(tensorflow::Session* session,
+                 const std::vector<BoundRequest>& requests,
                  const std::string& path) {
   std::unique_ptr<tensorflow::WritableFile> file;
-  Check(tensorflow::Env::Default()->NewWritableFile(path, &file), "cannot create " + path);
+  Check(tensorflow::Env::Default()->NewWritableFile(path, &file),
+        "cannot create " + path);
   tensorflow::io::RecordWriter writer(file.get());
   for (size_t i = 0; i < requests.size(); ++i) {
     std::vector<tensorflow::Tensor> outputs;
@@ -343,8 +355,8 @@ int Main(const Options& o) {
   // model's own resident memory is rss_after_load - rss_before_load.
   const double rss_before_load = ReadStatusMiB("VmRSS");
   auto load_start = Clock::now();
-  Check(tensorflow::LoadSavedModel(session_options, tensorflow::RunOptions(), o.model,
-                                   {kServeTag}, &bundle),
+  Check(tensorflow::LoadSavedModel(session_options, tensorflow::RunOptions(),
+                                   o.model, {kServeTag}, &bundle),
         "cannot load SavedModel " + o.model);
   double load_seconds = Seconds(load_start);
   double rss_after_load = ReadStatusMiB("VmRSS");
@@ -358,7 +370,8 @@ int Main(const Options& o) {
     requests = ReadRequests(o.requests);
   }
   std::vector<BoundRequest> bound;
-  for (size_t i = 0; i < requests.size(); ++i) bound.push_back(Bind(bundle, requests[i], i));
+  for (size_t i = 0; i < requests.size(); ++i)
+    bound.push_back(Bind(bundle, requests[i], i));
 
   // Warmup: every record once, in order, any failure fatal (TF Serving then
   // marks the model version as failed to load).
@@ -416,8 +429,10 @@ int Main(const Options& o) {
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunStats& r = runs[i];
     json << (i ? ", " : "") << "{\"threads\": " << r.threads
-         << ", \"requests\": " << r.requests << ", \"p50_ms\": " << Number(r.p50_ms)
-         << ", \"p99_ms\": " << Number(r.p99_ms) << ", \"mean_ms\": " << Number(r.mean_ms)
+         << ", \"requests\": " << r.requests
+         << ", \"p50_ms\": " << Number(r.p50_ms)
+         << ", \"p99_ms\": " << Number(r.p99_ms)
+         << ", \"mean_ms\": " << Number(r.mean_ms)
          << ", \"throughput_rps\": " << Number(r.throughput_rps)
          << ", \"seconds\": " << Number(r.seconds) << "}";
   }

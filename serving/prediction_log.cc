@@ -28,9 +28,15 @@ class WireReader {
     *field = static_cast<uint32_t>(tag >> 3);
     *wire_type = static_cast<int>(tag & 7);
     switch (*wire_type) {
-      case 0: Varint(); break;
-      case 1: Skip(8); break;
-      case 5: Skip(4); break;
+      case 0:
+        Varint();
+        break;
+      case 1:
+        Skip(8);
+        break;
+      case 5:
+        Skip(4);
+        break;
       case 2: {
         uint64_t length = Varint();
         const char* start = p_;
@@ -56,14 +62,16 @@ class WireReader {
     Fail("malformed protobuf: truncated varint");
   }
   void Skip(uint64_t n) {
-    if (n > static_cast<uint64_t>(end_ - p_)) Fail("malformed protobuf: truncated field");
+    if (n > static_cast<uint64_t>(end_ - p_))
+      Fail("malformed protobuf: truncated field");
     p_ += n;
   }
   const char* p_;
   const char* end_;
 };
 
-// Field numbers from tensorflow_serving/apis/{prediction_log,predict,model}.proto.
+// Field numbers from
+// tensorflow_serving/apis/{prediction_log,predict,model}.proto.
 constexpr uint32_t kPredictionLogPredictLog = 6;
 constexpr uint32_t kPredictLogRequest = 1;
 constexpr uint32_t kPredictRequestModelSpec = 1;
@@ -142,7 +150,8 @@ std::vector<Request> ReadRequests(const std::string& path) {
     absl::Status status = reader.ReadRecord(&record);
     if (absl::IsOutOfRange(status)) break;
     Check(status, "cannot read " + path);
-    requests.push_back(DecodePredictionLog(std::string(record), requests.size()));
+    requests.push_back(
+        DecodePredictionLog(std::string(record), requests.size()));
   }
   return requests;
 }

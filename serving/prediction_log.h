@@ -24,7 +24,9 @@ struct Failure {
   std::string message;
 };
 
-[[noreturn]] inline void Fail(const std::string& message) { throw Failure{message}; }
+[[noreturn]] inline void Fail(const std::string& message) {
+  throw Failure{message};
+}
 
 inline void Check(const absl::Status& status, const std::string& context) {
   if (!status.ok()) Fail(context + ": " + std::string(status.ToString()));

@@ -100,8 +100,8 @@ Selection Select() {
   }
   s.error = std::string("TFCE_ISA=") + forced +
             " is not a kernel row of this library; valid values: " +
-            VariantNames(false, ", ") + " (this CPU supports: " +
-            VariantNames(true, ", ") + ")";
+            VariantNames(false, ", ") +
+            " (this CPU supports: " + VariantNames(true, ", ") + ")";
   return s;
 }
 

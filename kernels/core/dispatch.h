@@ -12,8 +12,8 @@ namespace tfce {
 // One entry of the dispatch table: a kernel variant (one ISA, or the scalar
 // reference), made from core/kernel_variants.inc.
 struct KernelVariant {
-  const char* name;         // its TFCE_ISA value
-  bool (*cpu_can_run)();    // can this CPU+OS run it?
+  const char* name;       // its TFCE_ISA value
+  bool (*cpu_can_run)();  // can this CPU+OS run it?
   LookupFn lookup;
   PoolFn pool;
 };

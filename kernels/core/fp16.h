@@ -25,7 +25,8 @@ inline float HalfBitsToFloat(uint16_t h) {
       mantissa <<= 1;
       --e;
     }
-    bits = sign | (static_cast<uint32_t>(e) << 23) | ((mantissa & 0x3FFu) << 13);
+    bits =
+        sign | (static_cast<uint32_t>(e) << 23) | ((mantissa & 0x3FFu) << 13);
   }
   float f;
   std::memcpy(&f, &bits, sizeof(f));

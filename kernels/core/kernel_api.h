@@ -16,8 +16,8 @@
 //                acc[:] += (w * scale(ids[i])) * value(ids[i])[:]
 //                          (= w * decode(ids[i]) up to rounding; the weight
 //                          is folded into the scale, 1 for fp16, so every
-//                          variant agrees where a product overflows; the decoded
-//                          row is never stored)
+//                          variant agrees where a product overflows; the
+//                          decoded row is never stored)
 //                wsum += w;  w2sum += w * w
 //              denom = 1 (sum) | wsum (mean) | sqrt(w2sum) (sqrtn)
 //              out[b][:] = denom == 0 ? 0 : acc[:] / denom
@@ -57,7 +57,7 @@ struct LookupArgs {
   IdsView ids;
   int64_t begin;  // positions [begin, end) of `ids` to decode
   int64_t end;
-  float* out;     // [num_ids, dim]; only rows begin..end-1 are written
+  float* out;             // [num_ids, dim]; only rows begin..end-1 are written
   int64_t prefetch_rows;  // ids ahead to prefetch (0: none); a hint only
 };
 
@@ -67,9 +67,9 @@ struct PoolArgs {
   const float* weights;        // [num_ids], or null for unweighted
   const int64_t* bag_offsets;  // [num_bags + 1], non-decreasing, CSR form
   Combiner combiner;
-  int64_t bag_begin;           // bags [bag_begin, bag_end) are computed
+  int64_t bag_begin;  // bags [bag_begin, bag_end) are computed
   int64_t bag_end;
-  float* out;                  // [num_bags, dim]
+  float* out;  // [num_bags, dim]
   // How many ids ahead to prefetch rows (0: no prefetch). A hint: it never
   // changes results, and the reference kernel ignores it.
   int64_t prefetch_rows;

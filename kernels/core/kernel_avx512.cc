@@ -34,7 +34,8 @@ struct Avx512 {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
   }
   static Vec LoadHalf(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
 
   static __mmask16 Mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }

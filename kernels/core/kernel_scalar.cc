@@ -24,7 +24,8 @@ inline bool InRange(int64_t id, int64_t rows) {
 // scale (1 for fp16, where the multiply is exact).
 struct Int8Row {
   static float Value(const TableView& t, int64_t row, int64_t d) {
-    return static_cast<float>(static_cast<const int8_t*>(t.data)[row * t.dim + d]);
+    return static_cast<float>(
+        static_cast<const int8_t*>(t.data)[row * t.dim + d]);
   }
   static float Scale(const TableView& t, int64_t row) { return t.scales[row]; }
 };
@@ -48,7 +49,8 @@ bool LookupIds(const LookupArgs& a) {
     if (!InRange(id, a.table.rows)) return false;
     float* out = a.out + i * dim;
     const float scale = Row::Scale(a.table, id);
-    for (int64_t d = 0; d < dim; ++d) out[d] = Row::Value(a.table, id, d) * scale;
+    for (int64_t d = 0; d < dim; ++d)
+      out[d] = Row::Value(a.table, id, d) * scale;
   }
   return true;
 }
@@ -102,8 +104,9 @@ bool PoolByIndexWidth(const PoolArgs& a) {
 }  // namespace
 
 bool Lookup(const LookupArgs& args) {
-  return args.table.storage == Storage::kInt8 ? LookupByIndexWidth<Int8Row>(args)
-                                              : LookupByIndexWidth<Fp16Row>(args);
+  return args.table.storage == Storage::kInt8
+             ? LookupByIndexWidth<Int8Row>(args)
+             : LookupByIndexWidth<Fp16Row>(args);
 }
 
 bool Pool(const PoolArgs& args) {

@@ -14,8 +14,7 @@ namespace {
 int64_t ForcedPrefetchRows() {
   static const int64_t forced = [] {
     const double rows = TuningEnv("TFCE_PREFETCH_ROWS", -1, 4096);
-    return rows == std::floor(rows) ? static_cast<int64_t>(rows)
-                                    : int64_t{-1};
+    return rows == std::floor(rows) ? static_cast<int64_t>(rows) : int64_t{-1};
   }();
   return forced;
 }
@@ -45,8 +44,8 @@ int64_t PoolPrefetchRows(const TableView& table, double ids_per_bag) {
   if (forced >= 0) return forced;
   if (ids_per_bag >= kLongBagIds && RowBytes(table) < 64) {
     // In doubles: rows * bytes of a view may exceed int64 in principle.
-    const double table_bytes = static_cast<double>(table.rows) *
-                               (RowBytes(table) + ScaleBytes(table));
+    const double table_bytes =
+        static_cast<double>(table.rows) * (RowBytes(table) + ScaleBytes(table));
     if (table_bytes <= static_cast<double>(kCachedTableL2Multiple) *
                            GetCpuFeatures().l2_cache_bytes) {
       return 0;

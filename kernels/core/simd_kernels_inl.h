@@ -53,8 +53,7 @@ struct Int8Rows {
   static float Scale(const TableView& t, int64_t id) { return t.scales[id]; }
   // The scale lives in its own array: a second cache line to fetch. Always
   // inlined, like every function that only prefetches (see PrefetchRow).
-  TFCE_ALWAYS_INLINE static void PrefetchScale(const TableView& t,
-                                               int64_t id) {
+  TFCE_ALWAYS_INLINE static void PrefetchScale(const TableView& t, int64_t id) {
     Isa::Prefetch(t.scales + id);
   }
   static Vec Load(const Elem* p) { return Isa::LoadInt8(p); }
@@ -83,7 +82,8 @@ const typename Rows::Elem* RowPtr(const TableView& t, int64_t id) {
 template <class Isa, class Rows>
 TFCE_ALWAYS_INLINE void PrefetchRow(const TableView& t, int64_t id) {
   const char* p = reinterpret_cast<const char*>(RowPtr<Rows>(t, id));
-  const int64_t bytes = t.dim * static_cast<int64_t>(sizeof(typename Rows::Elem));
+  const int64_t bytes =
+      t.dim * static_cast<int64_t>(sizeof(typename Rows::Elem));
   Rows::PrefetchScale(t, id);
   if (bytes == 0) return;
   for (int64_t off = 0; off < bytes; off += 64) Isa::Prefetch(p + off);
@@ -142,10 +142,10 @@ bool LookupIds(const LookupArgs& a) {
 
 // Everything one bag needs, decided before its blocks run.
 struct BagState {
-  int64_t begin, end;        // ids of the bag
-  int64_t prefetch_end;      // ids at or past this are not prefetched
-  bool zero;                 // zero denominator: the bag's output is zeros
-  float denom;               // 1 for sum
+  int64_t begin, end;    // ids of the bag
+  int64_t prefetch_end;  // ids at or past this are not prefetched
+  bool zero;             // zero denominator: the bag's output is zeros
+  float denom;           // 1 for sum
 };
 
 // Tail length of a block: fixed at compile time (kTail >= 0, so masks and
@@ -156,25 +156,25 @@ constexpr int kRuntimeTail = -1;
 // Always inlined with fully unrolled loops, so `acc` lives in registers.
 template <class Isa, class Rows, int kVecs, int kTail>
 TFCE_ALWAYS_INLINE void AccumulateRowBlock(typename Isa::Vec* acc,
-                                      const typename Rows::Elem* row,
-                                      typename Isa::Vec factor, int tail) {
+                                           const typename Rows::Elem* row,
+                                           typename Isa::Vec factor, int tail) {
   constexpr int W = Isa::kLanes;
 #pragma GCC unroll 16
   for (int k = 0; k < kVecs; ++k) {
     acc[k] = Isa::MulAdd(Rows::Load(row + k * W), factor, acc[k]);
   }
   if (kTail != 0) {
-    acc[kVecs] = Isa::MulAdd(Rows::LoadTail(row + kVecs * W, tail), factor,
-                             acc[kVecs]);
+    acc[kVecs] =
+        Isa::MulAdd(Rows::LoadTail(row + kVecs * W, tail), factor, acc[kVecs]);
   }
 }
 
 // One id of a bag: check it, prefetch ahead, accumulate its row.
 template <class Isa, class Rows, class Index, int kVecs, int kTail>
 TFCE_ALWAYS_INLINE bool AccumulateId(const PoolArgs& a, const Index* ids,
-                             const BagState& bag, int64_t i, int64_t d0,
-                             int tail, int64_t distance,
-                             typename Isa::Vec* acc) {
+                                     const BagState& bag, int64_t i, int64_t d0,
+                                     int tail, int64_t distance,
+                                     typename Isa::Vec* acc) {
   const TableView& t = a.table;
   const int64_t id = static_cast<int64_t>(ids[i]);
   if (!InRange(id, t.rows)) return false;
@@ -185,7 +185,7 @@ TFCE_ALWAYS_INLINE bool AccumulateId(const PoolArgs& a, const Index* ids,
   const float w = a.weights ? a.weights[i] : 1.0f;
   const typename Isa::Vec factor = Isa::Set1(w * Rows::Scale(t, id));
   AccumulateRowBlock<Isa, Rows, kVecs, kTail>(acc, RowPtr<Rows>(t, id) + d0,
-                                         factor, tail);
+                                              factor, tail);
   return true;
 }
 
@@ -196,9 +196,8 @@ TFCE_ALWAYS_INLINE bool AccumulateId(const PoolArgs& a, const Index* ids,
 // runtime-dim path calls it through PoolBlockOutOfLine.
 template <class Isa, class Rows, class Index, int kVecs, int kTail>
 TFCE_ALWAYS_INLINE bool PoolBlock(const PoolArgs& a, const Index* ids,
-                                        const BagState& bag, int64_t d0,
-                                        int runtime_tail, bool prefetch,
-                                        float* out) {
+                                  const BagState& bag, int64_t d0,
+                                  int runtime_tail, bool prefetch, float* out) {
   using Vec = typename Isa::Vec;
   constexpr int W = Isa::kLanes;
   constexpr int kAcc = kVecs + (kTail != 0 ? 1 : 0);
@@ -214,17 +213,17 @@ TFCE_ALWAYS_INLINE bool PoolBlock(const PoolArgs& a, const Index* ids,
   int64_t i = bag.begin;
   if (kTwoSets) {
     for (; i + 2 <= bag.end; i += 2) {
-      if (!AccumulateId<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i, d0, tail,
-                                                distance, acc0) ||
-          !AccumulateId<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i + 1, d0, tail,
-                                                distance, acc1)) {
+      if (!AccumulateId<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i, d0,
+                                                        tail, distance, acc0) ||
+          !AccumulateId<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i + 1, d0,
+                                                        tail, distance, acc1)) {
         return false;
       }
     }
   }
   for (; i < bag.end; ++i) {
     if (!AccumulateId<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i, d0, tail,
-                                              distance, acc0)) {
+                                                      distance, acc0)) {
       return false;
     }
   }
@@ -247,10 +246,11 @@ TFCE_ALWAYS_INLINE bool PoolBlock(const PoolArgs& a, const Index* ids,
 }
 
 template <class Isa, class Rows, class Index, int kVecs, int kTail>
-bool PoolBlockOutOfLine(const PoolArgs& a, const Index* ids, const BagState& bag,
-               int64_t d0, int runtime_tail, bool prefetch, float* out) {
-  return PoolBlock<Isa, Rows, Index, kVecs, kTail>(
-      a, ids, bag, d0, runtime_tail, prefetch, out);
+bool PoolBlockOutOfLine(const PoolArgs& a, const Index* ids,
+                        const BagState& bag, int64_t d0, int runtime_tail,
+                        bool prefetch, float* out) {
+  return PoolBlock<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, d0,
+                                                   runtime_tail, prefetch, out);
 }
 
 // Most vectors one block holds in registers (the same for every ISA).
@@ -268,30 +268,30 @@ struct FixedDimBlocks {
     constexpr int kRestVecs = kDim / W % kMax;
     constexpr int kTailLanes = kDim % W;
     for (int b = 0; b < kFullBlocks; ++b) {
-      if (!PoolBlock<Isa, Rows, Index, kMax, 0>(
-              a, ids, bag, b * kMax * W, 0, b == 0, out)) {
+      if (!PoolBlock<Isa, Rows, Index, kMax, 0>(a, ids, bag, b * kMax * W, 0,
+                                                b == 0, out)) {
         return false;
       }
     }
     if (kRestVecs == 0 && kTailLanes == 0) return true;
     return PoolBlock<Isa, Rows, Index, kRestVecs, kTailLanes>(
-        a, ids, bag, kFullBlocks * kMax * W, kTailLanes, kFullBlocks == 0,
-        out);
+        a, ids, bag, kFullBlocks * kMax * W, kTailLanes, kFullBlocks == 0, out);
   }
 };
 
 // The remainder block of a runtime dimension, by its vector count.
 template <class Isa, class Rows, class Index, int kTail, int kVecs = 0>
-bool PoolRemainderByVecs(const PoolArgs& a, const Index* ids, const BagState& bag,
-                   int64_t d0, int vecs, int tail, bool prefetch, float* out) {
+bool PoolRemainderByVecs(const PoolArgs& a, const Index* ids,
+                         const BagState& bag, int64_t d0, int vecs, int tail,
+                         bool prefetch, float* out) {
   if constexpr (kVecs + 1 < kMaxBlockVecs) {
     if (vecs > kVecs) {
       return PoolRemainderByVecs<Isa, Rows, Index, kTail, kVecs + 1>(
           a, ids, bag, d0, vecs, tail, prefetch, out);
     }
   }
-  return PoolBlockOutOfLine<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, d0, tail,
-                                                   prefetch, out);
+  return PoolBlockOutOfLine<Isa, Rows, Index, kVecs, kTail>(
+      a, ids, bag, d0, tail, prefetch, out);
 }
 
 // Any dimension: full blocks of kMax vectors, then one remainder block.
@@ -304,8 +304,8 @@ struct RuntimeDimBlocks {
     const int64_t dim = a.table.dim;
     int64_t d0 = 0;
     for (; d0 + kMax * W <= dim; d0 += kMax * W) {
-      if (!PoolBlockOutOfLine<Isa, Rows, Index, kMax, 0>(a, ids, bag, d0, 0, d0 == 0,
-                                                out)) {
+      if (!PoolBlockOutOfLine<Isa, Rows, Index, kMax, 0>(a, ids, bag, d0, 0,
+                                                         d0 == 0, out)) {
         return false;
       }
     }
@@ -315,8 +315,8 @@ struct RuntimeDimBlocks {
     const int tail = static_cast<int>(rest % W);
     return tail ? PoolRemainderByVecs<Isa, Rows, Index, kRuntimeTail>(
                       a, ids, bag, d0, vecs, tail, d0 == 0, out)
-                : PoolRemainderByVecs<Isa, Rows, Index, 0>(a, ids, bag, d0, vecs, 0,
-                                                     d0 == 0, out);
+                : PoolRemainderByVecs<Isa, Rows, Index, 0>(
+                      a, ids, bag, d0, vecs, 0, d0 == 0, out);
   }
 };
 
@@ -364,7 +364,8 @@ bool PoolEachBag(const PoolArgs& args) {
 template <class Isa, class Rows, class Index, int kDim, int... kDims>
 bool PoolByDimAmong(const PoolArgs& a) {
   if (a.table.dim == kDim) {
-    return PoolEachBag<Isa, Rows, Index, FixedDimBlocks<Isa, Rows, Index, kDim>>(a);
+    return PoolEachBag<Isa, Rows, Index,
+                       FixedDimBlocks<Isa, Rows, Index, kDim>>(a);
   }
   if constexpr (sizeof...(kDims) > 0) {
     return PoolByDimAmong<Isa, Rows, Index, kDims...>(a);
@@ -396,14 +397,16 @@ bool PoolByIndexWidth(const PoolArgs& a) {
 // storage format, then id width, then (pool) dim.
 template <class Isa>
 bool LookupByStorage(const LookupArgs& args) {
-  return args.table.storage == Storage::kInt8 ? LookupByIndexWidth<Isa, Int8Rows>(args)
-                                              : LookupByIndexWidth<Isa, HalfRows>(args);
+  return args.table.storage == Storage::kInt8
+             ? LookupByIndexWidth<Isa, Int8Rows>(args)
+             : LookupByIndexWidth<Isa, HalfRows>(args);
 }
 
 template <class Isa>
 bool PoolByStorage(const PoolArgs& args) {
-  return args.table.storage == Storage::kInt8 ? PoolByIndexWidth<Isa, Int8Rows>(args)
-                                              : PoolByIndexWidth<Isa, HalfRows>(args);
+  return args.table.storage == Storage::kInt8
+             ? PoolByIndexWidth<Isa, Int8Rows>(args)
+             : PoolByIndexWidth<Isa, HalfRows>(args);
 }
 
 }  // namespace
@@ -412,12 +415,12 @@ bool PoolByStorage(const PoolArgs& args) {
 // Defines the entry points of the kernel variant `name` (a line of
 // kernel_variants.inc) over the traits struct `Isa`: tfce::name::Lookup and
 // tfce::name::Pool, the only symbols an ISA file exports.
-#define TFCE_DEFINE_SIMD_KERNEL_VARIANT(name, Isa)                       \
-  namespace tfce {                                                       \
-  namespace name {                                                       \
+#define TFCE_DEFINE_SIMD_KERNEL_VARIANT(name, Isa)                           \
+  namespace tfce {                                                           \
+  namespace name {                                                           \
   bool Lookup(const LookupArgs& args) { return LookupByStorage<Isa>(args); } \
-  bool Pool(const PoolArgs& args) { return PoolByStorage<Isa>(args); }   \
-  }                                                                      \
+  bool Pool(const PoolArgs& args) { return PoolByStorage<Isa>(args); }       \
+  }                                                                          \
   }
 
 #endif  // TFCE_KERNELS_CORE_SIMD_KERNELS_INL_H_

@@ -15,8 +15,8 @@
 
 // Read by the Python loader (without loading) to check that this library was
 // built against the TensorFlow it is about to be loaded into.
-TFCE_C_API __attribute__((used))
-const char tfce_build_info[] = "TFCE_BUILT_FOR_TF=" TFCE_TF_VERSION ";";
+TFCE_C_API __attribute__((used)) const char tfce_build_info[] =
+    "TFCE_BUILT_FOR_TF=" TFCE_TF_VERSION ";";
 
 // The kernel variant the ops run (its TFCE_ISA name), or "" when TFCE_ISA
 // cannot be honoured (then tfce_isa_error() says why).

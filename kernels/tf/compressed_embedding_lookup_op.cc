@@ -14,27 +14,22 @@
 namespace tfce {
 namespace {
 
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-
 class CompressedEmbeddingLookupOp : public CompressedTableOp {
  public:
-  explicit CompressedEmbeddingLookupOp(OpKernelConstruction* ctx)
+  explicit CompressedEmbeddingLookupOp(tensorflow::OpKernelConstruction* ctx)
       : CompressedTableOp(ctx) {}
 
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& ids = ctx->input(2);
+  void Compute(tensorflow::OpKernelContext* ctx) override {
+    const tensorflow::Tensor& ids = ctx->input(2);
     TableView view;
     OP_REQUIRES_OK(ctx, ReadTable(ctx, &view));
 
-    TensorShape out_shape;
+    tensorflow::TensorShape out_shape;
     OP_REQUIRES_OK(ctx, OutputShape(ids.shape(), view.dim, "ids", &out_shape));
     if (out_shape.num_elements() > kValidateFirstElements) {
       OP_REQUIRES_OK(ctx, CheckIds(ids, view.rows, nullptr));
     }
-    Tensor* out = nullptr;
+    tensorflow::Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
     const int64_t num_ids = ids.NumElements();
     if (num_ids == 0) return;

@@ -39,14 +39,13 @@ absl::Status ParseCombiner(const std::string& name, Combiner* combiner) {
 absl::Status ReadNumSegments(const Tensor& t, int64_t* num_segments) {
   if (t.dims() != 0) {
     return InvalidArgument("num_segments must be a scalar, not shape ",
-                                   t.shape().DebugString());
+                           t.shape().DebugString());
   }
   const int64_t n = t.dtype() == tensorflow::DT_INT32
                         ? static_cast<int64_t>(t.scalar<int32_t>()())
                         : t.scalar<int64_t>()();
   if (n < 0) {
-    return InvalidArgument("num_segments = ", n,
-                                   " must be >= 0");
+    return InvalidArgument("num_segments = ", n, " must be >= 0");
   }
   *num_segments = n;
   return absl::OkStatus();
@@ -59,10 +58,10 @@ absl::Status SegmentIdsError(const SegmentIdsCheck& check,
     case SegmentIdsCheck::Problem::kNone:
       return absl::OkStatus();
     case SegmentIdsCheck::Problem::kOutOfRange:
-      return InvalidArgument(
-          "segment_ids[", check.position, "] = ", check.value,
-          " is not in [0, ", num_segments,
-          "): segment ids must be >= 0 and < num_segments");
+      return InvalidArgument("segment_ids[", check.position,
+                             "] = ", check.value, " is not in [0, ",
+                             num_segments,
+                             "): segment ids must be >= 0 and < num_segments");
     case SegmentIdsCheck::Problem::kUnsorted:
       return InvalidArgument("segment_ids are not sorted: segment_ids[",
                              check.position - 1, "] = ", check.previous,
@@ -76,15 +75,15 @@ absl::Status SegmentIdsError(const SegmentIdsCheck& check,
 
 // Checks segment_ids (sorted, in [0, num_segments)) and, unless offsets is
 // null, writes their CSR offsets[0..num_segments] (core/segment_offsets.h).
-absl::Status SegmentIdsToOffsets(const Tensor& segment_ids, int64_t num_segments,
-                            int64_t* offsets) {
+absl::Status SegmentIdsToOffsets(const Tensor& segment_ids,
+                                 int64_t num_segments, int64_t* offsets) {
   const int64_t n = segment_ids.NumElements();
   const SegmentIdsCheck check =
       segment_ids.dtype() == tensorflow::DT_INT32
           ? tfce::SegmentOffsets(segment_ids.flat<int32_t>().data(), n,
-                           num_segments, offsets)
+                                 num_segments, offsets)
           : tfce::SegmentOffsets(segment_ids.flat<int64_t>().data(), n,
-                           num_segments, offsets);
+                                 num_segments, offsets);
   return SegmentIdsError(check, num_segments);
 }
 
@@ -105,24 +104,23 @@ class FusedDecodeAxpyOp : public CompressedTableOp {
     OP_REQUIRES_OK(ctx, ReadTable(ctx, &view));
     OP_REQUIRES(ctx, ids.dims() == 1,
                 InvalidArgument("ids must be a vector, but has shape ",
-                                        ids.shape().DebugString()));
+                                ids.shape().DebugString()));
     OP_REQUIRES(ctx, segment_ids.dims() == 1,
-                InvalidArgument(
-                    "segment_ids must be a vector, but has shape ",
-                    segment_ids.shape().DebugString()));
+                InvalidArgument("segment_ids must be a vector, but has shape ",
+                                segment_ids.shape().DebugString()));
     const int64_t num_ids = ids.dim_size(0);
-    OP_REQUIRES(ctx, segment_ids.dim_size(0) == num_ids,
-                InvalidArgument(
-                    "segment_ids must have the same size as ids: ids has ",
-                    num_ids, " elements, segment_ids has ",
-                    segment_ids.dim_size(0)));
-    OP_REQUIRES(ctx,
-                weights.dims() == 1 && (weights.dim_size(0) == num_ids ||
-                                        weights.dim_size(0) == 0),
-                InvalidArgument(
-                    "weights must have shape [", num_ids,
-                    "] (one per id) or [0] (unweighted), but has shape ",
-                    weights.shape().DebugString()));
+    OP_REQUIRES(
+        ctx, segment_ids.dim_size(0) == num_ids,
+        InvalidArgument("segment_ids must have the same size as ids: ids has ",
+                        num_ids, " elements, segment_ids has ",
+                        segment_ids.dim_size(0)));
+    OP_REQUIRES(
+        ctx,
+        weights.dims() == 1 &&
+            (weights.dim_size(0) == num_ids || weights.dim_size(0) == 0),
+        InvalidArgument("weights must have shape [", num_ids,
+                        "] (one per id) or [0] (unweighted), but has shape ",
+                        weights.shape().DebugString()));
     int64_t num_segments = 0;
     OP_REQUIRES_OK(ctx, ReadNumSegments(ctx->input(5), &num_segments));
 
@@ -144,9 +142,9 @@ class FusedDecodeAxpyOp : public CompressedTableOp {
     Tensor offsets_t;
     int64_t* offsets = nullptr;
     if (has_work) {
-      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT64,
-                                             TensorShape({num_segments + 1}),
-                                             &offsets_t));
+      OP_REQUIRES_OK(
+          ctx, ctx->allocate_temp(tensorflow::DT_INT64,
+                                  TensorShape({num_segments + 1}), &offsets_t));
       offsets = offsets_t.flat<int64_t>().data();
     }
     OP_REQUIRES_OK(ctx,

@@ -6,7 +6,6 @@
 #include <set>
 #include <utility>
 
-
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -44,7 +43,8 @@ void AdviseHugePages(const void* data, int64_t bytes) {
   if (bytes < kHugePageMinBytes || data == nullptr || !Enabled()) return;
   const uintptr_t start = reinterpret_cast<uintptr_t>(data);
   const uintptr_t begin = (start + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
-  const uintptr_t end = (start + static_cast<uintptr_t>(bytes)) & ~(kHugePageBytes - 1);
+  const uintptr_t end =
+      (start + static_cast<uintptr_t>(bytes)) & ~(kHugePageBytes - 1);
   if (end <= begin) return;
   {
     Registry& r = TheRegistry();

@@ -34,9 +34,9 @@ constexpr int kMadvCollapse = 25;  // MADV_COLLAPSE
 // collapses it to huge pages now (MADV_COLLAPSE, Linux >= 6.1; it copies the
 // pages once, so the first request on a table, e.g. a TF Serving warmup
 // request, pays for copying the table); later calls for the same buffer only
-// look it up. Contents never change and errors are ignored: it is a hint. Disabled by
-// TFCE_HUGE_PAGES=0. Thread-safe; a second thread does not wait for a
-// collapse in progress.
+// look it up. Contents never change and errors are ignored: it is a hint.
+// Disabled by TFCE_HUGE_PAGES=0. Thread-safe; a second thread does not wait for
+// a collapse in progress.
 void AdviseHugePages(const void* data, int64_t bytes);
 
 // Both buffers of a table: its rows and, for int8, its scales.

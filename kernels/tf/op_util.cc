@@ -18,21 +18,21 @@ using ::tensorflow::Tensor;
 absl::Status MakeTableView(const Tensor& table, const Tensor& scales,
                            TableView* view) {
   if (table.dims() != 2) {
-    return InvalidArgument(
-        "table must be a matrix [rows, dim], but has shape ",
-        table.shape().DebugString(), " (rank ", table.dims(), ")");
+    return InvalidArgument("table must be a matrix [rows, dim], but has shape ",
+                           table.shape().DebugString(), " (rank ", table.dims(),
+                           ")");
   }
   const int64_t rows = table.dim_size(0);
   const int64_t dim = table.dim_size(1);
   if (scales.dims() != 1) {
     return InvalidArgument("scales must be a vector, but has shape ",
-                                   scales.shape().DebugString());
+                           scales.shape().DebugString());
   }
   if (table.dtype() == tensorflow::DT_INT8) {
     if (scales.dim_size(0) != rows) {
       return InvalidArgument(
-          "scales must have one float32 per table row: expected shape [",
-          rows, "] for an int8 table of shape ", table.shape().DebugString(),
+          "scales must have one float32 per table row: expected shape [", rows,
+          "] for an int8 table of shape ", table.shape().DebugString(),
           ", but got ", scales.shape().DebugString());
     }
     view->storage = Storage::kInt8;
@@ -49,9 +49,8 @@ absl::Status MakeTableView(const Tensor& table, const Tensor& scales,
     view->data = table.data();
     view->scales = nullptr;
   } else {
-    return InvalidArgument(
-        "table dtype must be int8 or float16, got ",
-        tensorflow::DataTypeString(table.dtype()));
+    return InvalidArgument("table dtype must be int8 or float16, got ",
+                           tensorflow::DataTypeString(table.dtype()));
   }
   view->rows = rows;
   view->dim = dim;
@@ -74,9 +73,9 @@ absl::Status FirstBadId(const Tensor& ids, int64_t rows,
                             : segment_ids->flat<int64_t>()(i);
       segment = absl::StrCat(" (in segment ", s, ")");
     }
-    return InvalidArgument(
-        "ids", tensorflow::SliceDebugString(ids.shape(), i), " = ", id,
-        segment, " is not in [0, ", rows, "): the table has ", rows, " rows");
+    return InvalidArgument("ids", tensorflow::SliceDebugString(ids.shape(), i),
+                           " = ", id, segment, " is not in [0, ", rows,
+                           "): the table has ", rows, " rows");
   }
   return absl::OkStatus();
 }
@@ -124,8 +123,9 @@ absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
   // names no input.
   if (tensorflow::MultiplyWithoutOverflow(outer.num_elements(), dim) < 0) {
     return InvalidArgument("the output shape ", outer.DebugString(), " + [",
-                           dim, "] has more elements than int64 can count: ",
-                           inputs, " or the table's dim is too large");
+                           dim,
+                           "] has more elements than int64 can count: ", inputs,
+                           " or the table's dim is too large");
   }
   *shape = outer;
   return shape->AddDimWithStatus(dim);

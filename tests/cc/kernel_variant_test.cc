@@ -56,14 +56,14 @@ std::vector<int64_t> Dims() {
 
 // Selects `index` for the test's lifetime, or skips a variant this CPU
 // cannot run.
-#define TFCE_SELECT_VARIANT_OR_SKIP(index)                                 \
-  const KernelVariant& variant_under_test = VariantAt(index);              \
-  if (!variant_under_test.cpu_can_run()) {                                 \
-    GTEST_SKIP() << "kernel variant " << variant_under_test.name           \
-                 << ": this CPU cannot run it (not tested here)";          \
-  }                                                                        \
-  ScopedVariantOverride selected(&variant_under_test);                     \
-  const KernelVariant& variant = *SelectedVariant(nullptr);                \
+#define TFCE_SELECT_VARIANT_OR_SKIP(index)                        \
+  const KernelVariant& variant_under_test = VariantAt(index);     \
+  if (!variant_under_test.cpu_can_run()) {                        \
+    GTEST_SKIP() << "kernel variant " << variant_under_test.name  \
+                 << ": this CPU cannot run it (not tested here)"; \
+  }                                                               \
+  ScopedVariantOverride selected(&variant_under_test);            \
+  const KernelVariant& variant = *SelectedVariant(nullptr);       \
   ASSERT_EQ(&variant, &variant_under_test)
 
 enum class IdWidth { k32, k64 };
@@ -119,7 +119,8 @@ void LookupTest::Run(const KernelVariant& variant, const Table& t,
   ids[0] = static_cast<Index>(t.rows - 1);
   Padded out(n * t.dim);
   // Decode positions [3, n): rows 0..2 must keep their sentinels.
-  LookupArgs args{t.View(), IdsView{ids.data(), sizeof(Index) == 8}, 3, n,
+  LookupArgs args{t.View(),  IdsView{ids.data(), sizeof(Index) == 8},
+                  3,         n,
                   out.out(), /*prefetch_rows=*/4};
   ASSERT_TRUE(variant.lookup(args)) << "returned false on valid ids";
   bool exact = true, untouched = true;
@@ -188,15 +189,20 @@ void PoolTest::Run(const KernelVariant& variant, const Table& t,
   std::uniform_int_distribution<int64_t> pick(0, t.rows - 1);
   std::uniform_real_distribution<float> w(0.5f, 1.5f);
   for (int64_t i = 0; i < n; ++i) {
-    ids[i] = static_cast<Index>(i >= offsets[3] && i < offsets[4] ? 4
-                                                                  : pick(*rng));
+    ids[i] =
+        static_cast<Index>(i >= offsets[3] && i < offsets[4] ? 4 : pick(*rng));
     weights[i] = w(*rng);
   }
   ids[offsets[1]] = static_cast<Index>(t.rows - 1);
   Padded out(bags * t.dim);
-  PoolArgs args{t.View(), IdsView{ids.data(), sizeof(Index) == 8},
-                weighted ? weights.data() : nullptr, offsets.data(), combiner,
-                1, bags, out.out(),  // bag 0 is left to other threads
+  PoolArgs args{t.View(),
+                IdsView{ids.data(), sizeof(Index) == 8},
+                weighted ? weights.data() : nullptr,
+                offsets.data(),
+                combiner,
+                1,
+                bags,
+                out.out(),  // bag 0 is left to other threads
                 /*prefetch_rows=*/3};
   ASSERT_TRUE(variant.pool(args)) << "returned false on valid ids";
   bool close = true, untouched = true;
@@ -270,7 +276,11 @@ TEST_P(HalvesUnderDazTest, AllHalfValuesExact) {
   const int64_t id = 0;
   std::vector<float> out(65536);
   LookupArgs args{TableView{Storage::kFp16, table.data(), nullptr, 1, 65536},
-                  IdsView{&id, true}, 0, 1, out.data(), 0};
+                  IdsView{&id, true},
+                  0,
+                  1,
+                  out.data(),
+                  0};
   const unsigned int saved = _mm_getcsr();
   _mm_setcsr(saved | 0x8040);  // DAZ | FTZ
   const bool ok = variant.lookup(args);

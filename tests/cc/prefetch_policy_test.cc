@@ -1,5 +1,7 @@
 // The prefetch policy (kernels/core/prefetch_policy.h) at its boundaries,
 // and the TFCE_* tuning variables' parsing (kernels/core/tuning_env.h).
+#include "kernels/core/prefetch_policy.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -8,7 +10,6 @@
 #include "gtest/gtest.h"
 #include "kernels/core/cpu_features.h"
 #include "kernels/core/kernel_api.h"
-#include "kernels/core/prefetch_policy.h"
 #include "kernels/core/tuning_env.h"
 #include "tests/cc/kernel_test_util.h"
 
@@ -17,8 +18,7 @@ namespace testing {
 namespace {
 
 int64_t PoolPrefetch(Storage storage, int64_t rows, int64_t dim, double bag) {
-  return PoolPrefetchRows(TableView{storage, nullptr, nullptr, rows, dim},
-                          bag);
+  return PoolPrefetchRows(TableView{storage, nullptr, nullptr, rows, dim}, bag);
 }
 
 int64_t Distance(Storage storage, int64_t rows, int64_t dim) {
@@ -42,15 +42,16 @@ TEST_F(PrefetchPolicyTest, L2CacheSizeRead) {
 // No prefetch only for long bags of rows under a cache line of a cached
 // table. Bytes per row: int8 dim + a 4-byte scale, fp16 2 * dim.
 TEST_F(PrefetchPolicyTest, NoPrefetchOnlyForLongBagsOfShortRowsInCache) {
-  const int64_t cached = kCachedTableL2Multiple * GetCpuFeatures().l2_cache_bytes;
+  const int64_t cached =
+      kCachedTableL2Multiple * GetCpuFeatures().l2_cache_bytes;
   const int64_t huge = int64_t{1} << 40;  // rows: far beyond any cache
   const double long_bag = kLongBagIds, short_bag = kLongBagIds - 0.01;
   struct Format {
     Storage storage;
     int64_t elem_bytes, scale_bytes, largest_short_dim;
   };
-  for (const Format& f : {Format{Storage::kInt8, 1, 4, 63},
-                          Format{Storage::kFp16, 2, 0, 31}}) {
+  for (const Format& f :
+       {Format{Storage::kInt8, 1, 4, 63}, Format{Storage::kFp16, 2, 0, 31}}) {
     for (int64_t dim : {int64_t{1}, int64_t{12}, f.largest_short_dim}) {
       SCOPED_TRACE(std::string(StorageName(f.storage)) + " dim " +
                    std::to_string(dim));
@@ -85,12 +86,11 @@ TEST_F(PrefetchPolicyTest, DistanceKeepsAboutKPrefetchLinesInFlight) {
     Storage storage;
     int64_t dim, rows;
   };
-  for (const Case& c : {Case{Storage::kInt8, 12, 29},
-                        Case{Storage::kInt8, 128, 16},
-                        Case{Storage::kFp16, 12, 46},
-                        Case{Storage::kFp16, 128, 12},
-                        Case{Storage::kFp16, 1, kMaxPrefetchRows},
-                        Case{Storage::kFp16, 4096, kMinPrefetchRows}}) {
+  for (const Case& c :
+       {Case{Storage::kInt8, 12, 29}, Case{Storage::kInt8, 128, 16},
+        Case{Storage::kFp16, 12, 46}, Case{Storage::kFp16, 128, 12},
+        Case{Storage::kFp16, 1, kMaxPrefetchRows},
+        Case{Storage::kFp16, 4096, kMinPrefetchRows}}) {
     EXPECT_EQ(Distance(c.storage, 1000, c.dim), c.rows)
         << StorageName(c.storage) << " dim " << c.dim;
   }
@@ -104,11 +104,11 @@ TEST(TuningEnvTest, ParsesClampsAndFallsBack) {
     const char* value;  // nullptr: unset
     double expected;
   };
-  for (const Case& c : {Case{nullptr, -1}, Case{"", -1}, Case{"0", 0},
-                        Case{"16", 16}, Case{"2.5e3", 2500}, Case{"4096", 4096},
-                        Case{"4097", 4096}, Case{"inf", 4096}, Case{"-1", -1},
-                        Case{"16x", -1}, Case{"abc", -1}, Case{"nan", -1},
-                        Case{" 8", 8}}) {
+  for (const Case& c :
+       {Case{nullptr, -1}, Case{"", -1}, Case{"0", 0}, Case{"16", 16},
+        Case{"2.5e3", 2500}, Case{"4096", 4096}, Case{"4097", 4096},
+        Case{"inf", 4096}, Case{"-1", -1}, Case{"16x", -1}, Case{"abc", -1},
+        Case{"nan", -1}, Case{" 8", 8}}) {
     if (c.value == nullptr) {
       unsetenv(kName);
     } else {

@@ -25,11 +25,12 @@ std::vector<int64_t> ReferenceOffsets(const std::vector<Seg>& seg,
 }
 
 template <typename Seg>
-std::vector<int64_t> Offsets(const std::vector<Seg>& seg, int64_t num_segments) {
+std::vector<int64_t> Offsets(const std::vector<Seg>& seg,
+                             int64_t num_segments) {
   std::vector<int64_t> offsets(num_segments + 1, -7);
-  const SegmentIdsCheck check = SegmentOffsets(
-      seg.data(), static_cast<int64_t>(seg.size()), num_segments,
-      offsets.data());
+  const SegmentIdsCheck check =
+      SegmentOffsets(seg.data(), static_cast<int64_t>(seg.size()), num_segments,
+                     offsets.data());
   EXPECT_TRUE(check.ok());
   return offsets;
 }
@@ -37,12 +38,12 @@ std::vector<int64_t> Offsets(const std::vector<Seg>& seg, int64_t num_segments) 
 template <typename Seg>
 SegmentIdsCheck Check(const std::vector<Seg>& seg, int64_t num_segments) {
   std::vector<int64_t> offsets(num_segments + 1 > 0 ? num_segments + 1 : 1);
-  const SegmentIdsCheck with_offsets = SegmentOffsets(
-      seg.data(), static_cast<int64_t>(seg.size()), num_segments,
-      offsets.data());
-  const SegmentIdsCheck without = SegmentOffsets(
-      seg.data(), static_cast<int64_t>(seg.size()), num_segments,
-      static_cast<int64_t*>(nullptr));
+  const SegmentIdsCheck with_offsets =
+      SegmentOffsets(seg.data(), static_cast<int64_t>(seg.size()), num_segments,
+                     offsets.data());
+  const SegmentIdsCheck without =
+      SegmentOffsets(seg.data(), static_cast<int64_t>(seg.size()), num_segments,
+                     static_cast<int64_t*>(nullptr));
   EXPECT_EQ(with_offsets.problem, without.problem);
   EXPECT_EQ(with_offsets.position, without.position);
   return with_offsets;
@@ -122,9 +123,11 @@ TYPED_TEST(SegmentOffsetsTest, PreciseScanOfValidIdsSaysTheyChanged) {
 TYPED_TEST(SegmentOffsetsTest, RandomSortedIdsMatchTheReference) {
   std::mt19937 rng(42);
   for (int trial = 0; trial < 300; ++trial) {
-    const int64_t num_segments = std::uniform_int_distribution<int64_t>(0, 40)(rng);
-    const int64_t n =
-        num_segments == 0 ? 0 : std::uniform_int_distribution<int64_t>(0, 200)(rng);
+    const int64_t num_segments =
+        std::uniform_int_distribution<int64_t>(0, 40)(rng);
+    const int64_t n = num_segments == 0
+                          ? 0
+                          : std::uniform_int_distribution<int64_t>(0, 200)(rng);
     std::vector<TypeParam> seg(n);
     if (trial % 3 == 0 && num_segments > 0) {
       // Bags of one length (a padded batch): the guessed next offset path.
