@@ -1,8 +1,9 @@
 // The ladder: what each kernel technique buys, one step at a time, with no
 // TensorFlow in the loop. Each step pools 512 bags of weighted int8 or fp16
 // rows; FP32 pooling is the baseline. Steps 0-4 are written here for the
-// comparison; steps 5-6 are the shipped AVX2 kernels (kernels/kernel_avx2.cc)
-// without and with prefetch, called through the dispatch table.
+// comparison; steps 5-6 are the shipped AVX2 kernels
+// (kernels/core/kernel_avx2.cc) without and with prefetch, called through the
+// dispatch table.
 //
 //   fp32     FP32 table, AVX2 FMA pooling (the baseline), and fp32+pref
 //            with the shipped kernel's prefetch rule (tfce::PrefetchDistance)
