@@ -6,9 +6,9 @@ isolation:
 
     pip install --no-build-isolation -e .
 
-ISA flags are given per file (kernel files only), never globally: a global
--mavx2 lets the compiler put AVX2 into code that runs at load time, which
-kills the process with SIGILL on CPUs without it.
+The sources and their per-file flags are one table, kernels/sources.bzl,
+which the Bazel build reads too. ISA flags are given per file (kernel files
+only), never globally (see that file).
 
 Set TFCE_SANITIZE=1 to build the library with ASan+UBSan (for tests);
 tools/sanitize.sh builds it that way into build/asan/ (`setup.py build_ext
@@ -17,6 +17,7 @@ op tests on it. GCC cannot compile TF's headers with UBSan's null checks
 (see TF_HEADER_SANITIZER_FLAGS), so files that include them build without
 those three checks; the TF-free files (the kernels) get every check.
 """
+import ast
 import os
 import re
 import runpy
@@ -25,25 +26,19 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-# Every C++ source of the op library, with the extra flags it alone gets.
-OP_LIBRARY_SOURCES = {
-    "kernels/ops.cc": [],
-    "kernels/compressed_embedding_lookup_op.cc": [],
-    "kernels/fused_decode_axpy_op.cc": [],
-    "kernels/op_util.cc": [],
-    "kernels/parallel_run.cc": [],
-    "kernels/huge_pages.cc": [],
-    "kernels/dispatch.cc": [],
-    "kernels/cpu_features.cc": [],
-    # Kernel files: the reference rounds "multiply, then add", never fused;
-    # each ISA file gets its ISA's flags, and only it. No file contracts
-    # a * b + c on its own: FMAs are written out where they are meant.
-    "kernels/kernel_ref.cc": ["-ffp-contract=off"],
-    "kernels/kernel_sse41.cc": ["-ffp-contract=off", "-msse4.1"],
-    "kernels/kernel_avx2.cc": ["-ffp-contract=off", "-mavx2", "-mfma", "-mf16c"],
-    "kernels/kernel_avx512.cc": ["-ffp-contract=off", "-mavx512f", "-mavx512bw",
-                                 "-mavx512vl", "-mavx2", "-mfma", "-mf16c"],
-}
+# Every C++ source of the op library, with the extra flags it alone gets: the
+# table both builds read (kernels/BUILD load()s the same file).
+KERNEL_SOURCES_FILE = "kernels/sources.bzl"
+
+
+def read_source_table(path=KERNEL_SOURCES_FILE):
+    """{path from the repo root: per-file flags} from kernels/sources.bzl,
+    whose one statement assigns a plain dict literal."""
+    (assign,) = ast.parse(open(path).read(), path).body
+    directory = os.path.dirname(path)
+    return {os.path.join(directory, source): flags
+            for source, flags in ast.literal_eval(assign.value).items()}
+
 
 # The export tool's streaming checkpoint writer (a C shim over TF's BundleWriter).
 BUNDLE_WRITER_SOURCES = {"export_tools/native/bundle_writer.cc": []}
@@ -125,16 +120,17 @@ class OpLibrary(Extension):
     def __init__(self, name, per_file_flags, headers_dir):
         super().__init__(name, sources=list(per_file_flags),
                          depends=sorted(
-                             os.path.join(headers_dir, f)
-                             for f in os.listdir(headers_dir)
-                             if f.endswith(".h")))
+                             os.path.join(directory, f)
+                             for directory, _, files in os.walk(headers_dir)
+                             for f in files if f.endswith((".h", ".inc"))))
         self.extra_per_file_flags = per_file_flags
 
 
-if __name__ == "__main__":  # importable for its flag table (tools/kernel_objects.py)
+if __name__ == "__main__":
     setup(
         ext_modules=[
-            OpLibrary("tf_compressed_embedding._ops", OP_LIBRARY_SOURCES, "kernels"),
+            OpLibrary("tf_compressed_embedding._ops", read_source_table(),
+                      "kernels"),
             OpLibrary("export_tools._bundle_writer", BUNDLE_WRITER_SOURCES,
                       "export_tools/native"),
         ],

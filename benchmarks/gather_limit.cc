@@ -26,8 +26,9 @@
 #include <vector>
 
 #include "benchmarks/bench_memory.h"
-#include "kernels/dispatch.h"
-#include "kernels/kernel_api.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/core/prefetch_policy.h"
 
 namespace {
 
@@ -35,10 +36,10 @@ using bench::kBags;
 
 struct Layout {
   const char* name;
-  const char* rows;     // row bytes, start of row r at rows + r * stride
+  const char* rows;  // row bytes, start of row r at rows + r * stride
   int64_t stride;
   int64_t row_bytes;
-  const char* scales;   // separate 4-byte scales, or null
+  const char* scales;  // separate 4-byte scales, or null
 };
 
 inline void Prefetch(const char* p) { __builtin_prefetch(p, 0, 3); }
@@ -69,7 +70,8 @@ int64_t Touch(const Layout& l, const int64_t* ids, int64_t begin, int64_t end,
     for (uintptr_t line = first; line <= last; line += 64) {
       sum += *reinterpret_cast<const volatile char*>(line);
     }
-    if (l.scales) sum += *reinterpret_cast<const volatile char*>(l.scales + ids[i] * 4);
+    if (l.scales)
+      sum += *reinterpret_cast<const volatile char*>(l.scales + ids[i] * 4);
   }
   return sum;
 }
@@ -78,7 +80,8 @@ double LinesPerRow(const Layout& l, const std::vector<int64_t>& ids) {
   int64_t lines = 0;
   for (int64_t id : ids) {
     const uintptr_t row = reinterpret_cast<uintptr_t>(l.rows + id * l.stride);
-    lines += static_cast<int64_t>(((row + l.row_bytes - 1) >> 6) - (row >> 6) + 1);
+    lines +=
+        static_cast<int64_t>(((row + l.row_bytes - 1) >> 6) - (row >> 6) + 1);
     if (l.scales) ++lines;
   }
   return static_cast<double>(lines) / ids.size();
@@ -106,8 +109,9 @@ double Time(int threads, int repeats, int64_t per_bag, int num_batches,
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     run(iters);
-    const double s = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - t0).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
     ns.push_back(s / iters / (kBags * per_bag) * 1e9);
   }
   std::sort(ns.begin(), ns.end());
@@ -118,8 +122,9 @@ double Time(int threads, int repeats, int64_t per_bag, int num_batches,
 
 int main(int argc, char** argv) {
   if (argc != 7) {
-    std::fprintf(stderr,
-                 "usage: gather_limit ROWS DIM IDS_PER_BAG THREADS HUGE REPEATS\n");
+    std::fprintf(
+        stderr,
+        "usage: gather_limit ROWS DIM IDS_PER_BAG THREADS HUGE REPEATS\n");
     return 2;
   }
   const int64_t rows = std::atoll(argv[1]), dim = std::atoll(argv[2]);
@@ -146,7 +151,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> offsets(kBags + 1);
   for (int64_t b = 0; b <= kBags; ++b) offsets[b] = b * per_bag;
   std::vector<float> weights(kBags * per_bag, 1.0f);
-  std::vector<std::vector<float>> outs(threads, std::vector<float>(kBags * dim));
+  std::vector<std::vector<float>> outs(threads,
+                                       std::vector<float>(kBags * dim));
 
   const Layout layouts[] = {
       {"int8", q, dim, dim, scales},
@@ -159,26 +165,23 @@ int main(int argc, char** argv) {
     const double lines = LinesPerRow(l, batches[0]);
     // The kernel's own distance for this row size too.
     std::vector<int64_t> distances = {0, 16, 32, 64};
-    const int64_t own = tfce::PrefetchDistance(l.row_bytes, l.scales != nullptr);
+    const int64_t own =
+        tfce::PrefetchDistance(l.row_bytes, l.scales != nullptr);
     if (std::find(distances.begin(), distances.end(), own) == distances.end()) {
       distances.push_back(own);
     }
     for (int64_t distance : distances) {
       const double ns = Time(threads, repeats, per_bag, num_batches,
                              [&](int batch, int64_t b0, int64_t b1) {
-        sink[b0 * threads / kBags] += Touch(
-            l, batches[batch].data(), b0 * per_bag, b1 * per_bag, distance);
-      });
+                               sink[b0 * threads / kBags] +=
+                                   Touch(l, batches[batch].data(), b0 * per_bag,
+                                         b1 * per_bag, distance);
+                             });
       std::printf("%s,touch,%lld,%.3f,%.3f\n", l.name,
                   static_cast<long long>(distance), ns, lines);
     }
     if (l.scales == nullptr && l.stride != dim * 2) continue;  // no kernel
-    std::string error;
-    const tfce::KernelSet* kernels = tfce::SelectedKernels(&error);
-    if (kernels == nullptr) {
-      std::fprintf(stderr, "%s\n", error.c_str());
-      return 1;
-    }
+    const tfce::KernelVariant& kernels = bench::SelectedVariantOrExit();
     tfce::PoolArgs args{};
     args.table = tfce::TableView{
         l.scales ? tfce::Storage::kInt8 : tfce::Storage::kFp16, l.rows,
@@ -189,14 +192,14 @@ int main(int argc, char** argv) {
     args.prefetch_rows = tfce::PoolPrefetchRows(args.table, per_bag);
     const double ns = Time(threads, repeats, per_bag, num_batches,
                            [&](int batch, int64_t b0, int64_t b1) {
-      tfce::PoolArgs a = args;
-      a.ids = tfce::IdsView{batches[batch].data(), true};
-      a.bag_begin = b0;
-      a.bag_end = b1;
-      a.out = outs[b0 * threads / kBags].data();
-      if (!kernels->pool(a)) std::abort();
-    });
-    std::printf("%s,kernel_%s,%lld,%.3f,%.3f\n", l.name, kernels->isa,
+                             tfce::PoolArgs a = args;
+                             a.ids = tfce::IdsView{batches[batch].data(), true};
+                             a.bag_begin = b0;
+                             a.bag_end = b1;
+                             a.out = outs[b0 * threads / kBags].data();
+                             if (!kernels.pool(a)) std::abort();
+                           });
+    std::printf("%s,kernel_%s,%lld,%.3f,%.3f\n", l.name, kernels.name,
                 static_cast<long long>(args.prefetch_rows), ns, lines);
   }
   int64_t total = 0;

@@ -1,8 +1,9 @@
 // The ladder: what each kernel technique buys, one step at a time, with no
 // TensorFlow in the loop. Each step pools 512 bags of weighted int8 or fp16
 // rows; FP32 pooling is the baseline. Steps 0-4 are written here for the
-// comparison; steps 5-6 are the shipped AVX2 kernels (kernels/kernel_avx2.cc)
-// without and with prefetch, called through the dispatch table.
+// comparison; steps 5-6 are the shipped AVX2 kernels
+// (kernels/core/kernel_avx2.cc) without and with prefetch, called through the
+// dispatch table.
 //
 //   fp32     FP32 table, AVX2 FMA pooling (the baseline), and fp32+pref
 //            with the shipped kernel's prefetch rule (tfce::PrefetchDistance)
@@ -35,9 +36,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/fp16.h"
-#include "kernels/kernel_api.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/fp16.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/core/prefetch_policy.h"
 
 namespace {
 
@@ -68,7 +70,8 @@ void Naive(const Workload& w, Storage s, const int64_t* ids, float* out) {
     float* o = out + b * w.dim;
     std::fill(o, o + w.dim, 0.0f);
     for (int64_t i = w.offsets[b]; i < w.offsets[b + 1]; ++i) {
-      for (int64_t d = 0; d < w.dim; ++d) buf[d] = DecodeScalar(w, s, ids[i], d);
+      for (int64_t d = 0; d < w.dim; ++d)
+        buf[d] = DecodeScalar(w, s, ids[i], d);
       for (int64_t d = 0; d < w.dim; ++d) o[d] += w.weights[i] * buf[d];
     }
   }
@@ -79,11 +82,13 @@ void Naive(const Workload& w, Storage s, const int64_t* ids, float* out) {
 __m256 DecodeLanes8(const Workload& w, Storage s, int64_t id, int64_t d) {
   if (s == Storage::kInt8) {
     const int8_t* p = &w.q[id * w.dim + d];
-    const __m256 v = _mm256_setr_ps(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+    const __m256 v =
+        _mm256_setr_ps(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
     return _mm256_mul_ps(v, _mm256_set1_ps(w.scales[id]));
   }
   const uint16_t* p = &w.half[id * w.dim + d];
-  return _mm256_cvtph_ps(_mm_setr_epi16(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]));
+  return _mm256_cvtph_ps(
+      _mm_setr_epi16(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]));
 }
 
 __m128 DecodeLanes4(const Workload& w, Storage s, int64_t id, int64_t d,
@@ -101,22 +106,27 @@ __m128 DecodeLanes4(const Workload& w, Storage s, int64_t id, int64_t d,
     return _mm_mul_ps(v, _mm_set1_ps(w.scales[id]));
   }
   const uint16_t* p = &w.half[id * w.dim + d];
-  return contiguous ? _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))
-                    : _mm_cvtph_ps(_mm_setr_epi16(p[0], p[1], p[2], p[3], 0, 0, 0, 0));
+  return contiguous
+             ? _mm_cvtph_ps(
+                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))
+             : _mm_cvtph_ps(_mm_setr_epi16(p[0], p[1], p[2], p[3], 0, 0, 0, 0));
 }
 
 __m256 DecodeContiguous8(const Workload& w, Storage s, int64_t id, int64_t d) {
   if (s == Storage::kInt8) {
-    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&w.q[id * w.dim + d]));
+    const __m128i q =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&w.q[id * w.dim + d]));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
                          _mm256_set1_ps(w.scales[id]));
   }
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
+  return _mm256_cvtph_ps(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
 }
 
 // Steps 1-3: SIMD decode into a buffer, then SIMD pooling from it.
 template <bool kRem4, bool kContiguous>
-void DecodeThenPool(const Workload& w, Storage s, const int64_t* ids, float* out) {
+void DecodeThenPool(const Workload& w, Storage s, const int64_t* ids,
+                    float* out) {
   std::vector<float> buf(w.dim + 8);
   const int64_t full = w.dim / 8 * 8;
   for (int64_t b = 0; b < w.bags; ++b) {
@@ -141,7 +151,8 @@ void DecodeThenPool(const Workload& w, Storage s, const int64_t* ids, float* out
                                                 _mm256_loadu_ps(o + d)));
       }
       if (kRem4 && d + 4 <= w.dim) {
-        _mm_storeu_ps(o + d, _mm_fmadd_ps(_mm_loadu_ps(&buf[d]), _mm_set1_ps(w.weights[i]),
+        _mm_storeu_ps(o + d, _mm_fmadd_ps(_mm_loadu_ps(&buf[d]),
+                                          _mm_set1_ps(w.weights[i]),
                                           _mm_loadu_ps(o + d)));
         d += 4;
       }
@@ -152,24 +163,29 @@ void DecodeThenPool(const Workload& w, Storage s, const int64_t* ids, float* out
 
 // Step 4: decode fused into the FMA, per-row loop over the dimension, the
 // output row as accumulator (runtime dim: no registers held across ids).
-void FusedRuntimeDim(const Workload& w, Storage s, const int64_t* ids, float* out) {
+void FusedRuntimeDim(const Workload& w, Storage s, const int64_t* ids,
+                     float* out) {
   const int64_t full = w.dim / 8 * 8;
   for (int64_t b = 0; b < w.bags; ++b) {
     float* o = out + b * w.dim;
     std::fill(o, o + w.dim, 0.0f);
     for (int64_t i = w.offsets[b]; i < w.offsets[b + 1]; ++i) {
       const int64_t id = ids[i];
-      const float f = w.weights[i] * (s == Storage::kInt8 ? w.scales[id] : 1.0f);
+      const float f =
+          w.weights[i] * (s == Storage::kInt8 ? w.scales[id] : 1.0f);
       int64_t d = 0;
       for (; d < full; d += 8) {
         __m256 v;
         if (s == Storage::kInt8) {
-          const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&w.q[id * w.dim + d]));
+          const __m128i q = _mm_loadl_epi64(
+              reinterpret_cast<const __m128i*>(&w.q[id * w.dim + d]));
           v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
         } else {
-          v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
+          v = _mm256_cvtph_ps(_mm_loadu_si128(
+              reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
         }
-        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(v, _mm256_set1_ps(f), _mm256_loadu_ps(o + d)));
+        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(v, _mm256_set1_ps(f),
+                                                _mm256_loadu_ps(o + d)));
       }
       if (d + 4 <= w.dim) {
         __m128 v;
@@ -178,14 +194,17 @@ void FusedRuntimeDim(const Workload& w, Storage s, const int64_t* ids, float* ou
           std::memcpy(&four, &w.q[id * w.dim + d], 4);
           v = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(four)));
         } else {
-          v = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
+          v = _mm_cvtph_ps(_mm_loadl_epi64(
+              reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
         }
-        _mm_storeu_ps(o + d, _mm_fmadd_ps(v, _mm_set1_ps(f), _mm_loadu_ps(o + d)));
+        _mm_storeu_ps(o + d,
+                      _mm_fmadd_ps(v, _mm_set1_ps(f), _mm_loadu_ps(o + d)));
         d += 4;
       }
       for (; d < w.dim; ++d) {
-        o[d] += f * (s == Storage::kInt8 ? w.q[id * w.dim + d]
-                                          : tfce::HalfBitsToFloat(w.half[id * w.dim + d]));
+        o[d] += f * (s == Storage::kInt8
+                         ? w.q[id * w.dim + d]
+                         : tfce::HalfBitsToFloat(w.half[id * w.dim + d]));
       }
     }
   }
@@ -217,7 +236,8 @@ void Fp32Pool(const Workload& w, const int64_t* ids, float* out,
                                                 _mm256_loadu_ps(o + d)));
       }
       if (d + 4 <= w.dim) {
-        _mm_storeu_ps(o + d, _mm_fmadd_ps(_mm_loadu_ps(row + d), _mm_set1_ps(w.weights[i]),
+        _mm_storeu_ps(o + d, _mm_fmadd_ps(_mm_loadu_ps(row + d),
+                                          _mm_set1_ps(w.weights[i]),
                                           _mm_loadu_ps(o + d)));
         d += 4;
       }
@@ -228,23 +248,25 @@ void Fp32Pool(const Workload& w, const int64_t* ids, float* out,
 
 // ---------------------------------------------------------- steps 5-6
 
-const tfce::KernelSet& Row(const char* isa) {
+const tfce::KernelVariant& Variant(const char* name) {
   int n = 0;
-  const tfce::KernelSet* rows = tfce::KernelTable(&n);
+  const tfce::KernelVariant* variants = tfce::KernelVariants(&n);
   for (int i = 0; i < n; ++i) {
-    if (std::strcmp(rows[i].isa, isa) == 0) return rows[i];
+    if (std::strcmp(variants[i].name, name) == 0) return variants[i];
   }
-  std::fprintf(stderr, "no kernel row %s\n", isa);
+  std::fprintf(stderr, "no kernel variant %s\n", name);
   std::exit(2);
 }
 
 void Shipped(const Workload& w, Storage s, const int64_t* ids, float* out,
              int64_t prefetch_rows) {
-  static const tfce::KernelSet& avx2 = Row("avx2");
+  static const tfce::KernelVariant& avx2 = Variant("avx2");
   tfce::PoolArgs a;
-  a.table = tfce::TableView{s, s == Storage::kInt8 ? static_cast<const void*>(w.q.data())
-                                                   : static_cast<const void*>(w.half.data()),
-                            s == Storage::kInt8 ? w.scales.data() : nullptr, w.rows, w.dim};
+  a.table = tfce::TableView{
+      s,
+      s == Storage::kInt8 ? static_cast<const void*>(w.q.data())
+                          : static_cast<const void*>(w.half.data()),
+      s == Storage::kInt8 ? w.scales.data() : nullptr, w.rows, w.dim};
   a.ids = tfce::IdsView{ids, true};
   a.weights = w.weights.data();
   a.bag_offsets = w.offsets.data();
@@ -263,14 +285,18 @@ double MedianNsPerRow(const Workload& w,
                       int repeats) {
   std::vector<float> out(w.bags * w.dim);
   size_t batch = 0;
-  auto next = [&]() { return w.id_batches[batch++ % w.id_batches.size()].data(); };
+  auto next = [&]() {
+    return w.id_batches[batch++ % w.id_batches.size()].data();
+  };
   // Calibrate to ~20 ms per repeat after a warm-up call.
   fn(next(), out.data());
   int calls = 1;
   for (;;) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int c = 0; c < calls; ++c) fn(next(), out.data());
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
     if (s > 0.02 || calls > (1 << 20)) break;
     calls *= 2;
   }
@@ -278,10 +304,13 @@ double MedianNsPerRow(const Workload& w,
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int c = 0; c < calls; ++c) fn(next(), out.data());
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
     per_row.push_back(s * 1e9 / calls / (w.bags * w.per_bag));
   }
-  std::nth_element(per_row.begin(), per_row.begin() + per_row.size() / 2, per_row.end());
+  std::nth_element(per_row.begin(), per_row.begin() + per_row.size() / 2,
+                   per_row.end());
   return per_row[per_row.size() / 2];
 }
 
@@ -289,7 +318,8 @@ double MedianNsPerRow(const Workload& w,
 
 int main(int argc, char** argv) {
   if (argc != 6 && argc != 7) {
-    std::fprintf(stderr, "usage: %s ROWS DIM BAGS IDS_PER_BAG REPEATS [PREFETCH,...]\n",
+    std::fprintf(stderr,
+                 "usage: %s ROWS DIM BAGS IDS_PER_BAG REPEATS [PREFETCH,...]\n",
                  argv[0]);
     return 2;
   }
@@ -331,15 +361,23 @@ int main(int argc, char** argv) {
     std::function<void(Storage, const int64_t*, float*)> fn;
   };
   const std::vector<Step> steps = {
-      {"0 naive", [&](Storage s, const int64_t* ids, float* o) { Naive(w, s, ids, o); }},
-      {"1 simd", [&](Storage s, const int64_t* ids, float* o) { DecodeThenPool<false, false>(w, s, ids, o); }},
-      {"2 +rem4", [&](Storage s, const int64_t* ids, float* o) { DecodeThenPool<true, false>(w, s, ids, o); }},
-      {"3 +load", [&](Storage s, const int64_t* ids, float* o) { DecodeThenPool<true, true>(w, s, ids, o); }},
-      {"4 +fused", [&](Storage s, const int64_t* ids, float* o) { FusedRuntimeDim(w, s, ids, o); }},
-      {"5 +shape", [&](Storage s, const int64_t* ids, float* o) { Shipped(w, s, ids, o, 0); }},
-      {"6 +pref", [&](Storage s, const int64_t* ids, float* o) {
-         Shipped(w, s, ids, o, tfce::PrefetchDistance(s == Storage::kInt8 ? w.dim : 2 * w.dim,
-                                                      s == Storage::kInt8));
+      {"0 naive",
+       [&](Storage s, const int64_t* ids, float* o) { Naive(w, s, ids, o); }},
+      {"1 simd", [&](Storage s, const int64_t* ids,
+                     float* o) { DecodeThenPool<false, false>(w, s, ids, o); }},
+      {"2 +rem4", [&](Storage s, const int64_t* ids,
+                      float* o) { DecodeThenPool<true, false>(w, s, ids, o); }},
+      {"3 +load", [&](Storage s, const int64_t* ids,
+                      float* o) { DecodeThenPool<true, true>(w, s, ids, o); }},
+      {"4 +fused", [&](Storage s, const int64_t* ids,
+                       float* o) { FusedRuntimeDim(w, s, ids, o); }},
+      {"5 +shape", [&](Storage s, const int64_t* ids,
+                       float* o) { Shipped(w, s, ids, o, 0); }},
+      {"6 +pref",
+       [&](Storage s, const int64_t* ids, float* o) {
+         Shipped(w, s, ids, o,
+                 tfce::PrefetchDistance(s == Storage::kInt8 ? w.dim : 2 * w.dim,
+                                        s == Storage::kInt8));
        }},
   };
   std::printf("rows,dim,per_bag,format,step,ns_per_row\n");
@@ -352,7 +390,8 @@ int main(int argc, char** argv) {
     for (Storage s : {Storage::kInt8, Storage::kFp16}) {
       for (int64_t dist : distances) {
         const double ns = MedianNsPerRow(
-            w, [&](const int64_t* ids, float* o) { Shipped(w, s, ids, o, dist); },
+            w,
+            [&](const int64_t* ids, float* o) { Shipped(w, s, ids, o, dist); },
             repeats);
         std::printf("%lld,%lld,%lld,%s,prefetch=%lld,%.3f\n", (long long)w.rows,
                     (long long)w.dim, (long long)w.per_bag,
@@ -362,7 +401,8 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  for (const int64_t prefetch : {int64_t{0}, tfce::PrefetchDistance(4 * w.dim, false)}) {
+  for (const int64_t prefetch :
+       {int64_t{0}, tfce::PrefetchDistance(4 * w.dim, false)}) {
     const double fp32 = MedianNsPerRow(
         w, [&](const int64_t* ids, float* o) { Fp32Pool(w, ids, o, prefetch); },
         repeats);
@@ -373,7 +413,8 @@ int main(int argc, char** argv) {
   for (Storage s : {Storage::kInt8, Storage::kFp16}) {
     for (const Step& step : steps) {
       const double ns = MedianNsPerRow(
-          w, [&](const int64_t* ids, float* o) { step.fn(s, ids, o); }, repeats);
+          w, [&](const int64_t* ids, float* o) { step.fn(s, ids, o); },
+          repeats);
       std::printf("%lld,%lld,%lld,%s,%s,%.3f\n", (long long)w.rows,
                   (long long)w.dim, (long long)w.per_bag,
                   s == Storage::kInt8 ? "int8" : "fp16", step.name.c_str(), ns);

@@ -1,11 +1,14 @@
 // The shipped pooling kernel with software prefetch off, 16 rows ahead
 // (kDefaultPrefetchRows) and PrefetchDistance(table) rows ahead, per table
 // size, dim and bag length: the measurements behind the ops' prefetch policy
-// (tfce::PoolPrefetchRows, kernels/dispatch.h). No TensorFlow in the loop.
+// (tfce::PoolPrefetchRows, kernels/core/prefetch_policy.h). No TensorFlow in
+// the loop.
 //
 // Usage: prefetch_policy ROWS DIM IDS_PER_BAG REPEATS
 // CSV on stdout: storage,prefetch,ns_per_row,policy (the distance the ops
 // use for this table and bag length).
+#include "kernels/core/prefetch_policy.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -15,8 +18,8 @@
 #include <vector>
 
 #include "benchmarks/bench_memory.h"
-#include "kernels/dispatch.h"
-#include "kernels/kernel_api.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel_api.h"
 
 namespace {
 
@@ -26,18 +29,14 @@ using bench::kBags;
 
 int main(int argc, char** argv) {
   if (argc != 5) {
-    std::fprintf(stderr, "usage: prefetch_policy ROWS DIM IDS_PER_BAG REPEATS\n");
+    std::fprintf(stderr,
+                 "usage: prefetch_policy ROWS DIM IDS_PER_BAG REPEATS\n");
     return 2;
   }
   const int64_t rows = std::atoll(argv[1]), dim = std::atoll(argv[2]);
   const int64_t per_bag = std::atoll(argv[3]);
   const int repeats = std::atoi(argv[4]);
-  std::string error;
-  const tfce::KernelSet* kernels = tfce::SelectedKernels(&error);
-  if (kernels == nullptr) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    return 1;
-  }
+  const tfce::KernelVariant& kernels = bench::SelectedVariantOrExit();
   const auto batches = bench::IdBatches(rows, per_bag);
   std::vector<int64_t> offsets(kBags + 1);
   for (int64_t b = 0; b <= kBags; ++b) offsets[b] = b * per_bag;
@@ -60,8 +59,8 @@ int main(int argc, char** argv) {
                 static_cast<uint16_t*>(data) + rows * dim, uint16_t{0x3c00});
     }
     tfce::PoolArgs args{};
-    args.table = tfce::TableView{storage, data, int8 ? scales : nullptr, rows,
-                                 dim};
+    args.table =
+        tfce::TableView{storage, data, int8 ? scales : nullptr, rows, dim};
     args.weights = weights.data();
     args.bag_offsets = offsets.data();
     args.combiner = tfce::Combiner::kSum;
@@ -78,7 +77,7 @@ int main(int argc, char** argv) {
         tfce::PoolArgs a = args;
         a.prefetch_rows = distance;
         a.ids = tfce::IdsView{batches[it % batches.size()].data(), true};
-        if (!kernels->pool(a)) std::abort();
+        if (!kernels.pool(a)) std::abort();
       }
     };
     // Round-robin over the distances, so drift on a shared machine hits
@@ -89,16 +88,18 @@ int main(int argc, char** argv) {
       for (size_t k = 0; k < distances.size(); ++k) {
         const auto t0 = std::chrono::steady_clock::now();
         run(distances[k], iters);
-        const double s = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - t0).count();
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                .count();
         ns[k].push_back(s / iters / (kBags * per_bag) * 1e9);
       }
     }
     for (size_t k = 0; k < distances.size(); ++k) {
       std::sort(ns[k].begin(), ns[k].end());
-      std::printf("%s,%lld,%.3f,%lld\n", int8 ? "int8" : "fp16",
-                  static_cast<long long>(distances[k]), ns[k][ns[k].size() / 2],
-                  static_cast<long long>(tfce::PoolPrefetchRows(args.table, per_bag)));
+      std::printf(
+          "%s,%lld,%.3f,%lld\n", int8 ? "int8" : "fp16",
+          static_cast<long long>(distances[k]), ns[k][ns[k].size() / 2],
+          static_cast<long long>(tfce::PoolPrefetchRows(args.table, per_bag)));
     }
   }
   return 0;

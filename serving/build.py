@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.join(HERE, "harness.cc")
+SOURCES = [os.path.join(HERE, "harness.cc"), os.path.join(HERE, "prediction_log.cc")]
 DEFAULT_OUT = os.path.join(HERE, "harness")
 
 
@@ -26,7 +26,9 @@ def command(out):
     # The session factory and the kernels are in libtensorflow_cc, which the
     # harness references no symbol of directly: without --no-as-needed the
     # linker drops it and LoadSavedModel finds no session factory.
-    return ([os.environ.get("CXX", "g++"), "-O2", "-w", SOURCE, "-o", out]
+    # -I: the sources include each other as "serving/...", from the repo root.
+    return ([os.environ.get("CXX", "g++"), "-O2", "-w", f"-I{os.path.dirname(HERE)}",
+             *SOURCES, "-o", out]
             + compile_flags + link_flags
             + ["-Wl,--no-as-needed", "-l:libtensorflow_cc.so.2", "-Wl,--as-needed",
                f"-Wl,-rpath,{lib_dir}", "-ldl", "-lpthread"]), tf.__version__
@@ -36,7 +38,8 @@ def build(out=DEFAULT_OUT, force=False):
     """Compiles the harness into `out` unless it is up to date; returns `out`."""
     cmd, tf_version = command(out)
     digest = hashlib.sha256()
-    digest.update(open(SOURCE, "rb").read())
+    for source in SOURCES + [os.path.join(HERE, "prediction_log.h")]:
+        digest.update(open(source, "rb").read())
     digest.update(repr((cmd, tf_version)).encode())
     info = out + ".buildinfo"
     stamp = digest.hexdigest()

@@ -8,9 +8,7 @@
 // report on stdout. See serving/README.md for the flags and the report.
 //
 // Requests are `tensorflow.serving.PredictionLog` records (the format of
-// assets.extra/tf_serving_warmup_requests). The few fields needed are decoded
-// by hand so the harness needs no TF Serving protos; only the TensorProto
-// values are parsed with TensorFlow's generated class.
+// assets.extra/tf_serving_warmup_requests), decoded by prediction_log.cc.
 
 #include <dlfcn.h>
 
@@ -31,35 +29,24 @@
 #include <utility>
 #include <vector>
 
+#include "serving/prediction_log.h"
 #include "tensorflow/c/c_api.h"  // TF_Version
 #include "tensorflow/cc/saved_model/loader.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor.pb.h"
-#include "tensorflow/core/lib/io/record_reader.h"
 #include "tensorflow/core/lib/io/record_writer.h"
 #include "tensorflow/core/platform/env.h"
 #include "tensorflow/core/protobuf/named_tensor.pb.h"
 #include "tensorflow/core/public/session.h"
 
+namespace tfce_harness {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 // The tag TF Serving loads (tag_constants.h is not in the pip wheel).
 constexpr char kServeTag[] = "serve";
-constexpr char kDefaultSignature[] = "serving_default";
 constexpr char kWarmupFile[] = "assets.extra/tf_serving_warmup_requests";
-
-// Any failure: reported on stderr by main(), exit status 1.
-struct Failure {
-  std::string message;
-};
-
-[[noreturn]] void Fail(const std::string& message) { throw Failure{message}; }
-
-void Check(const absl::Status& status, const std::string& context) {
-  if (!status.ok()) Fail(context + ": " + std::string(status.ToString()));
-}
 
 // ---------------------------------------------------------------------------
 // Command line
@@ -68,7 +55,8 @@ struct Options {
   std::string model;
   std::string ops;
   std::string signature = kDefaultSignature;
-  std::string requests;  // empty: <model>/assets.extra/tf_serving_warmup_requests
+  std::string
+      requests;  // empty: <model>/assets.extra/tf_serving_warmup_requests
   std::string dump_outputs;
   bool warmup = false;
   long iterations = 200;
@@ -147,146 +135,6 @@ Options ParseArgs(int argc, char** argv) {
 }
 
 // ---------------------------------------------------------------------------
-// PredictionLog decoding (protobuf wire format, by hand)
-
-// Walks the fields of one serialized message.
-class WireReader {
- public:
-  explicit WireReader(const std::string& data)
-      : p_(data.data()), end_(data.data() + data.size()) {}
-
-  // Reads the next field; false at the end of the message. Length-delimited
-  // payloads are returned in `bytes`; other wire types are skipped.
-  bool Next(uint32_t* field, int* wire_type, std::string* bytes) {
-    if (p_ == end_) return false;
-    uint64_t tag = Varint();
-    *field = static_cast<uint32_t>(tag >> 3);
-    *wire_type = static_cast<int>(tag & 7);
-    switch (*wire_type) {
-      case 0: Varint(); break;
-      case 1: Skip(8); break;
-      case 5: Skip(4); break;
-      case 2: {
-        uint64_t length = Varint();
-        const char* start = p_;
-        Skip(length);
-        bytes->assign(start, length);
-        break;
-      }
-      default:  // groups (3, 4) are not used by these protos
-        Fail("malformed protobuf: wire type " + std::to_string(*wire_type));
-    }
-    return true;
-  }
-
- private:
-  uint64_t Varint() {
-    uint64_t value = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (p_ == end_) break;
-      uint8_t byte = static_cast<uint8_t>(*p_++);
-      value |= static_cast<uint64_t>(byte & 0x7F) << shift;
-      if (!(byte & 0x80)) return value;
-    }
-    Fail("malformed protobuf: truncated varint");
-  }
-  void Skip(uint64_t n) {
-    if (n > static_cast<uint64_t>(end_ - p_)) Fail("malformed protobuf: truncated field");
-    p_ += n;
-  }
-  const char* p_;
-  const char* end_;
-};
-
-// One PredictRequest, its inputs already converted to Tensors.
-struct Request {
-  std::string signature;
-  std::vector<std::pair<std::string, tensorflow::Tensor>> inputs;  // by key
-};
-
-// Field numbers from tensorflow_serving/apis/{prediction_log,predict,model}.proto.
-constexpr uint32_t kPredictionLogPredictLog = 6;
-constexpr uint32_t kPredictLogRequest = 1;
-constexpr uint32_t kPredictRequestModelSpec = 1;
-constexpr uint32_t kPredictRequestInputs = 2;
-constexpr uint32_t kModelSpecSignatureName = 3;
-constexpr uint32_t kMapKey = 1;
-constexpr uint32_t kMapValue = 2;
-
-// Returns the last length-delimited occurrence of `field`, or false.
-bool FindField(const std::string& message, uint32_t wanted, std::string* out) {
-  WireReader reader(message);
-  uint32_t field;
-  int wire_type;
-  std::string bytes;
-  bool found = false;
-  while (reader.Next(&field, &wire_type, &bytes)) {
-    if (field == wanted && wire_type == 2) {
-      *out = bytes;
-      found = true;
-    }
-  }
-  return found;
-}
-
-Request DecodePredictionLog(const std::string& record, size_t index) {
-  const std::string where = "request record " + std::to_string(index);
-  std::string predict_log, request;
-  if (!FindField(record, kPredictionLogPredictLog, &predict_log)) {
-    Fail(where + " is not a PredictLog (only Predict requests are supported)");
-  }
-  if (!FindField(predict_log, kPredictLogRequest, &request)) {
-    Fail(where + ": PredictLog has no request");
-  }
-  Request result;
-  std::string spec;
-  if (FindField(request, kPredictRequestModelSpec, &spec)) {
-    FindField(spec, kModelSpecSignatureName, &result.signature);
-  }
-  // TF Serving's default when the request names no signature.
-  if (result.signature.empty()) result.signature = kDefaultSignature;
-
-  WireReader reader(request);
-  uint32_t field;
-  int wire_type;
-  std::string entry;
-  while (reader.Next(&field, &wire_type, &entry)) {
-    if (field != kPredictRequestInputs || wire_type != 2) continue;
-    std::string key, value;
-    FindField(entry, kMapKey, &key);
-    FindField(entry, kMapValue, &value);
-    tensorflow::TensorProto proto;
-    if (!proto.ParseFromString(value)) {
-      Fail(where + ": input '" + key + "' is not a valid TensorProto");
-    }
-    tensorflow::Tensor tensor;
-    if (!tensor.FromProto(proto)) {
-      Fail(where + ": input '" + key + "' cannot be converted to a Tensor");
-    }
-    result.inputs.emplace_back(key, std::move(tensor));
-  }
-  std::sort(result.inputs.begin(), result.inputs.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  return result;
-}
-
-std::vector<Request> ReadRequests(const std::string& path) {
-  std::unique_ptr<tensorflow::RandomAccessFile> file;
-  Check(tensorflow::Env::Default()->NewRandomAccessFile(path, &file),
-        "cannot open requests file " + path);
-  tensorflow::io::SequentialRecordReader reader(file.get());
-  std::vector<Request> requests;
-  tensorflow::tstring record;
-  while (true) {
-    absl::Status status = reader.ReadRecord(&record);
-    if (absl::IsOutOfRange(status)) break;
-    Check(status, "cannot read " + path);
-    requests.push_back(DecodePredictionLog(std::string(record), requests.size()));
-  }
-  return requests;
-}
-
-// ---------------------------------------------------------------------------
 // Running a request the way TF Serving's Predict does
 
 // A request bound to the session: feeds and fetches by tensor name.
@@ -297,15 +145,16 @@ struct BoundRequest {
   std::vector<std::string> fetches;      // tensor names, same order
 };
 
-std::string TensorName(const tensorflow::TensorInfo& info, const std::string& what) {
+std::string TensorName(const tensorflow::TensorInfo& info,
+                       const std::string& what) {
   if (info.encoding_case() != tensorflow::TensorInfo::kName) {
     Fail(what + " is a composite tensor; only dense tensors are supported");
   }
   return info.name();
 }
 
-BoundRequest Bind(const tensorflow::SavedModelBundle& bundle, const Request& request,
-                  size_t index) {
+BoundRequest Bind(const tensorflow::SavedModelBundle& bundle,
+                  const Request& request, size_t index) {
   const std::string where = "request record " + std::to_string(index);
   const auto& signatures = bundle.GetSignatures();
   auto it = signatures.find(request.signature);
@@ -327,19 +176,24 @@ BoundRequest Bind(const tensorflow::SavedModelBundle& bundle, const Request& req
   for (const auto& [key, tensor] : request.inputs) {
     auto input = def.inputs().find(key);
     if (input == def.inputs().end()) {
-      Fail(where + ": signature '" + request.signature + "' has no input '" + key + "'");
+      Fail(where + ": signature '" + request.signature + "' has no input '" +
+           key + "'");
     }
     if (input->second.dtype() != tensor.dtype()) {
       Fail(where + ": input '" + key + "' is " +
-           tensorflow::DataTypeString(tensor.dtype()) + ", the signature expects " +
+           tensorflow::DataTypeString(tensor.dtype()) +
+           ", the signature expects " +
            tensorflow::DataTypeString(input->second.dtype()));
     }
-    bound.feeds.emplace_back(TensorName(input->second, "input '" + key + "'"), tensor);
+    bound.feeds.emplace_back(TensorName(input->second, "input '" + key + "'"),
+                             tensor);
   }
-  for (const auto& [key, info] : def.outputs()) bound.output_keys.push_back(key);
+  for (const auto& [key, info] : def.outputs())
+    bound.output_keys.push_back(key);
   std::sort(bound.output_keys.begin(), bound.output_keys.end());
   for (const auto& key : bound.output_keys) {
-    bound.fetches.push_back(TensorName(def.outputs().at(key), "output '" + key + "'"));
+    bound.fetches.push_back(
+        TensorName(def.outputs().at(key), "output '" + key + "'"));
   }
   return bound;
 }
@@ -355,7 +209,8 @@ absl::Status Run(tensorflow::Session* session, const BoundRequest& request,
 // ---------------------------------------------------------------------------
 // Measurements
 
-double ReadStatusMiB(const char* field) {  // a "VmXXX:  N kB" line of /proc/self/status
+double ReadStatusMiB(
+    const char* field) {  // a "VmXXX:  N kB" line of /proc/self/status
   std::ifstream status("/proc/self/status");
   std::string line;
   const std::string prefix = std::string(field) + ":";
@@ -386,8 +241,9 @@ struct RunStats {
 
 // `iterations` requests (cycling through `requests`) issued by `threads`
 // client threads that each take the next request as soon as the last returns.
-RunStats Replay(tensorflow::Session* session, const std::vector<BoundRequest>& requests,
-                long iterations, int threads) {
+RunStats Replay(tensorflow::Session* session,
+                const std::vector<BoundRequest>& requests, long iterations,
+                int threads) {
   std::atomic<long> next{0};
   std::atomic<bool> failed{false};
   std::vector<std::vector<double>> latencies(threads);
@@ -398,7 +254,8 @@ RunStats Replay(tensorflow::Session* session, const std::vector<BoundRequest>& r
       long i = next.fetch_add(1);
       if (i >= iterations) break;
       auto start = Clock::now();
-      absl::Status status = Run(session, requests[i % requests.size()], &outputs);
+      absl::Status status =
+          Run(session, requests[i % requests.size()], &outputs);
       latencies[t].push_back(Seconds(start) * 1e3);
       if (!status.ok()) {
         errors[t] = status;
@@ -430,10 +287,12 @@ RunStats Replay(tensorflow::Session* session, const std::vector<BoundRequest>& r
 // Writes every output of every request: a TFRecord of NamedTensorProto, one
 // record per output, requests in file order, outputs in sorted key order,
 // each named "<record index>/<signature>/<output key>".
-void DumpOutputs(tensorflow::Session* session, const std::vector<BoundRequest>& requests,
+void DumpOutputs(tensorflow::Session* session,
+                 const std::vector<BoundRequest>& requests,
                  const std::string& path) {
   std::unique_ptr<tensorflow::WritableFile> file;
-  Check(tensorflow::Env::Default()->NewWritableFile(path, &file), "cannot create " + path);
+  Check(tensorflow::Env::Default()->NewWritableFile(path, &file),
+        "cannot create " + path);
   tensorflow::io::RecordWriter writer(file.get());
   for (size_t i = 0; i < requests.size(); ++i) {
     std::vector<tensorflow::Tensor> outputs;
@@ -496,8 +355,8 @@ int Main(const Options& o) {
   // model's own resident memory is rss_after_load - rss_before_load.
   const double rss_before_load = ReadStatusMiB("VmRSS");
   auto load_start = Clock::now();
-  Check(tensorflow::LoadSavedModel(session_options, tensorflow::RunOptions(), o.model,
-                                   {kServeTag}, &bundle),
+  Check(tensorflow::LoadSavedModel(session_options, tensorflow::RunOptions(),
+                                   o.model, {kServeTag}, &bundle),
         "cannot load SavedModel " + o.model);
   double load_seconds = Seconds(load_start);
   double rss_after_load = ReadStatusMiB("VmRSS");
@@ -511,7 +370,8 @@ int Main(const Options& o) {
     requests = ReadRequests(o.requests);
   }
   std::vector<BoundRequest> bound;
-  for (size_t i = 0; i < requests.size(); ++i) bound.push_back(Bind(bundle, requests[i], i));
+  for (size_t i = 0; i < requests.size(); ++i)
+    bound.push_back(Bind(bundle, requests[i], i));
 
   // Warmup: every record once, in order, any failure fatal (TF Serving then
   // marks the model version as failed to load).
@@ -569,8 +429,10 @@ int Main(const Options& o) {
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunStats& r = runs[i];
     json << (i ? ", " : "") << "{\"threads\": " << r.threads
-         << ", \"requests\": " << r.requests << ", \"p50_ms\": " << Number(r.p50_ms)
-         << ", \"p99_ms\": " << Number(r.p99_ms) << ", \"mean_ms\": " << Number(r.mean_ms)
+         << ", \"requests\": " << r.requests
+         << ", \"p50_ms\": " << Number(r.p50_ms)
+         << ", \"p99_ms\": " << Number(r.p99_ms)
+         << ", \"mean_ms\": " << Number(r.mean_ms)
          << ", \"throughput_rps\": " << Number(r.throughput_rps)
          << ", \"seconds\": " << Number(r.seconds) << "}";
   }
@@ -581,8 +443,10 @@ int Main(const Options& o) {
 }
 
 }  // namespace
+}  // namespace tfce_harness
 
 int main(int argc, char** argv) {
+  using namespace tfce_harness;  // NOLINT(build/namespaces)
   Options options = ParseArgs(argc, argv);
   try {
     return Main(options);

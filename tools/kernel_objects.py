@@ -1,28 +1,37 @@
-"""Compiles the TF-free kernel files with exactly setup.py's per-file flags,
-for the C++ kernel tests and the C++ benchmarks (no TensorFlow needed)."""
-import importlib.util
+"""Compiles the TF-free core of the op library (kernels/core/) with exactly
+the per-file flags of the one source table, kernels/sources.bzl, for the C++
+kernel tests and the C++ benchmarks (no TensorFlow needed)."""
+import ast
 import os
-import re
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# TF-free sources the kernel tests and benchmarks link besides the kernels.
-SUPPORT_SOURCES = ["kernels/dispatch.cc", "kernels/cpu_features.cc"]
+SOURCES_FILE = "kernels/sources.bzl"
 
 
 def op_library_sources():
-    """setup.py's {source: per-file flags} table."""
-    spec = importlib.util.spec_from_file_location(
-        "tfce_setup", os.path.join(ROOT, "setup.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # setup() only runs as __main__
-    return module.OP_LIBRARY_SOURCES
+    """{source path from the repo root: its own flags}, read from
+    kernels/sources.bzl (one statement assigning a plain dict literal)."""
+    path = os.path.join(ROOT, SOURCES_FILE)
+    (assign,) = ast.parse(open(path).read(), path).body
+    return {"kernels/" + source: flags
+            for source, flags in ast.literal_eval(assign.value).items()}
 
 
 def kernel_sources():
-    """{kernels/kernel_*.cc: flags}: the reference and one file per ISA."""
-    return {src: flags for src, flags in op_library_sources().items()
-            if re.fullmatch(r"kernels/kernel_\w+\.cc", src)}
+    """{source: flags} of the kernel variants, the sources with flags of
+    their own: the scalar reference and one file per ISA."""
+    return {src: flags for src, flags in op_library_sources().items() if flags}
+
+
+def support_sources():
+    """The other TF-free sources (dispatch, CPU detection, ...) the kernel
+    tests and benchmarks link besides the kernels."""
+    return [src for src, flags in op_library_sources().items()
+            if not flags and src.startswith("kernels/core/")]
+
+
+SUPPORT_SOURCES = support_sources()
 
 
 def compile_kernels(out_dir, extra_flags=(), opt="-O3"):

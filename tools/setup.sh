@@ -35,5 +35,16 @@ TF_MAJOR_MINOR=$("$PYTHON" -c "import tensorflow as tf; print('.'.join(tf.__vers
 # writes. --no-deps: it requires `tensorflow`, which would pull a second TF.
 "$PYTHON" -m pip install -q --no-deps "tensorflow-serving-api==$TF_MAJOR_MINOR.*"
 
+# C++ tests only: googletest (tests/cc/, built by g++ and by Bazel), from apt
+# (Debian), when missing.
+if command -v dpkg-query >/dev/null && [[ $(dpkg-query -W -f='${Status}' \
+    libgtest-dev 2>/dev/null) != "install ok installed" ]]; then
+  echo "== installing libgtest-dev"
+  SUDO=$([[ $(id -u) -eq 0 ]] || echo sudo)
+  $SUDO apt-get install -y -qq libgtest-dev >/dev/null || {
+    $SUDO apt-get update -qq >/dev/null &&
+      $SUDO apt-get install -y -qq libgtest-dev >/dev/null; }
+fi
+
 echo "== building the op library (pip install --no-build-isolation -e .)"
 "$PYTHON" -m pip install -q --no-build-isolation --no-deps -e .

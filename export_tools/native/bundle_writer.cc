@@ -9,7 +9,8 @@
 // chunk with its crc32c extended on the way:
 //   prefix.data-0000S-of-0000N  raw little-endian tensor bytes, per shard S;
 //   prefix.index                a table (TF's TableBuilder, no compression):
-//                               "" -> BundleHeaderProto, key -> BundleEntryProto.
+//                               "" -> BundleHeaderProto, key ->
+//                               BundleEntryProto.
 // Tensors that are streamed together (a table's data and scales) go to
 // different shards, so each stays contiguous in its own file.
 #include <cstdint>
@@ -65,22 +66,23 @@ int Fail(const std::string& message, char* error, size_t error_size) {
 }
 
 Shard* GetShard(StreamingBundle* bundle, int shard) {
-  if (shard < 0 || shard >= static_cast<int>(bundle->shards.size())) return nullptr;
+  if (shard < 0 || shard >= static_cast<int>(bundle->shards.size()))
+    return nullptr;
   return &bundle->shards[shard];
 }
 
 }  // namespace
 
 // Opens a bundle of `num_shards` data files at `prefix`; NULL on failure.
-TFCE_EXPORT void* tfce_bundle_open(const char* prefix, int num_shards, char* error,
-                                   size_t error_size) {
+TFCE_EXPORT void* tfce_bundle_open(const char* prefix, int num_shards,
+                                   char* error, size_t error_size) {
   auto bundle = std::make_unique<StreamingBundle>();
   bundle->prefix = prefix;
   bundle->shards.resize(num_shards);
   for (int s = 0; s < num_shards; ++s) {
     const std::string path = tensorflow::DataFilename(prefix, s, num_shards);
-    const absl::Status status =
-        tensorflow::Env::Default()->NewWritableFile(path, &bundle->shards[s].file);
+    const absl::Status status = tensorflow::Env::Default()->NewWritableFile(
+        path, &bundle->shards[s].file);
     if (!status.ok()) {
       Fail(status, error, error_size);
       return nullptr;
@@ -90,13 +92,15 @@ TFCE_EXPORT void* tfce_bundle_open(const char* prefix, int num_shards, char* err
 }
 
 // Starts tensor `key` ([rank] `shape`, numeric `dtype`) in data shard `shard`.
-TFCE_EXPORT int tfce_bundle_begin(void* handle, int shard, const char* key, int dtype,
-                                  int rank, const int64_t* shape, char* error,
-                                  size_t error_size) {
+TFCE_EXPORT int tfce_bundle_begin(void* handle, int shard, const char* key,
+                                  int dtype, int rank, const int64_t* shape,
+                                  char* error, size_t error_size) {
   auto* bundle = static_cast<StreamingBundle*>(handle);
   Shard* out = GetShard(bundle, shard);
-  if (out == nullptr || out->open) return Fail("bad or busy shard", error, error_size);
-  if (bundle->entries.count(key)) return Fail("duplicate key", error, error_size);
+  if (out == nullptr || out->open)
+    return Fail("bad or busy shard", error, error_size);
+  if (bundle->entries.count(key))
+    return Fail("duplicate key", error, error_size);
   const auto type = static_cast<tensorflow::DataType>(dtype);
   if (!tensorflow::DataTypeCanUseMemcpy(type)) {
     return Fail("only numeric tensors can be streamed", error, error_size);
@@ -121,14 +125,17 @@ TFCE_EXPORT int tfce_bundle_begin(void* handle, int shard, const char* key, int 
 
 // Appends `nbytes` of the open tensor of `shard` (C order, little-endian).
 TFCE_EXPORT int tfce_bundle_append(void* handle, int shard, const void* data,
-                                   size_t nbytes, char* error, size_t error_size) {
+                                   size_t nbytes, char* error,
+                                   size_t error_size) {
   Shard* out = GetShard(static_cast<StreamingBundle*>(handle), shard);
-  if (out == nullptr || !out->open) return Fail("no open tensor", error, error_size);
+  if (out == nullptr || !out->open)
+    return Fail("no open tensor", error, error_size);
   if (out->appended + static_cast<int64_t>(nbytes) > out->expected) {
     return Fail("more bytes than the tensor's shape holds", error, error_size);
   }
   const char* bytes = static_cast<const char*>(data);
-  const absl::Status status = out->file->Append(absl::string_view(bytes, nbytes));
+  const absl::Status status =
+      out->file->Append(absl::string_view(bytes, nbytes));
   if (!status.ok()) return Fail(status, error, error_size);
   out->crc = tensorflow::crc32c::Extend(out->crc, bytes, nbytes);
   out->appended += nbytes;
@@ -137,10 +144,12 @@ TFCE_EXPORT int tfce_bundle_append(void* handle, int shard, const void* data,
 }
 
 // Ends the open tensor of `shard`; all its bytes must have been appended.
-TFCE_EXPORT int tfce_bundle_end(void* handle, int shard, char* error, size_t error_size) {
+TFCE_EXPORT int tfce_bundle_end(void* handle, int shard, char* error,
+                                size_t error_size) {
   auto* bundle = static_cast<StreamingBundle*>(handle);
   Shard* out = GetShard(bundle, shard);
-  if (out == nullptr || !out->open) return Fail("no open tensor", error, error_size);
+  if (out == nullptr || !out->open)
+    return Fail("no open tensor", error, error_size);
   if (out->appended != out->expected) {
     return Fail("fewer bytes than the tensor's shape holds", error, error_size);
   }
@@ -152,11 +161,14 @@ TFCE_EXPORT int tfce_bundle_end(void* handle, int shard, char* error, size_t err
 }
 
 // Closes the data files, writes the index and frees the writer (always).
-TFCE_EXPORT int tfce_bundle_finish(void* handle, char* error, size_t error_size) {
-  std::unique_ptr<StreamingBundle> bundle(static_cast<StreamingBundle*>(handle));
+TFCE_EXPORT int tfce_bundle_finish(void* handle, char* error,
+                                   size_t error_size) {
+  std::unique_ptr<StreamingBundle> bundle(
+      static_cast<StreamingBundle*>(handle));
   const int num_shards = static_cast<int>(bundle->shards.size());
   for (Shard& shard : bundle->shards) {
-    if (shard.open) return Fail("a tensor was left unfinished", error, error_size);
+    if (shard.open)
+      return Fail("a tensor was left unfinished", error, error_size);
     const absl::Status status = shard.file->Close();
     if (!status.ok()) return Fail(status, error, error_size);
   }
@@ -171,7 +183,8 @@ TFCE_EXPORT int tfce_bundle_finish(void* handle, char* error, size_t error_size)
   header.set_num_shards(num_shards);
   header.set_endianness(tensorflow::BundleHeaderProto::LITTLE);
   header.mutable_version()->set_producer(tensorflow::kTensorBundleVersion);
-  header.mutable_version()->set_min_consumer(tensorflow::kTensorBundleMinConsumer);
+  header.mutable_version()->set_min_consumer(
+      tensorflow::kTensorBundleMinConsumer);
   builder.Add(tensorflow::kHeaderEntryKey, header.SerializeAsString());
   for (const auto& [key, entry] : bundle->entries) {
     builder.Add(key, entry.SerializeAsString());

@@ -1,6 +1,10 @@
-"""Builds and runs the TF-free C++ kernel tests (tests/cc/kernel_test.cc)
-under ASan+UBSan: every dispatch row against an independent reference, with
-sentinel-padded outputs, and every half value under DAZ/FTZ."""
+"""Builds and runs the TF-free C++ gtest tests (tests/cc/*_test.cc, all but
+the TensorFlow one) under ASan+UBSan with g++: every kernel variant this CPU
+can run against an independent reference, with sentinel-padded outputs,
+every half value under DAZ/FTZ, the prefetch policy, the tuning variables
+and the segment offsets core. (Bazel runs the same tests without the
+sanitizers: tests/cc/BUILD.)"""
+import glob
 import os
 import re
 import shutil
@@ -15,20 +19,49 @@ import kernel_objects  # noqa: E402
 
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
             "-fno-omit-frame-pointer"]
+# Tests that need TensorFlow; Bazel runs them.
+TF_TESTS = {"ops_registered_test.cc"}
+TESTS = sorted(os.path.basename(p)
+               for p in glob.glob(os.path.join(ROOT, "tests", "cc", "*_test.cc"))
+               if os.path.basename(p) not in TF_TESTS)
+
+
+def has_gtest():
+    return os.path.isfile("/usr/include/gtest/gtest.h") or subprocess.run(
+        ["g++", "-E", "-x", "c++", "-", "-o", os.devnull],
+        input="#include <gtest/gtest.h>\n", text=True,
+        capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def kernel_objects_under_sanitizers(tmp_path_factory):
+    out = tmp_path_factory.mktemp("kernels")
+    return kernel_objects.compile_kernels(str(out), SANITIZE, opt="-O2"), out
+
+
+def test_the_tests_are_found():
+    assert "kernel_variant_test.cc" in TESTS, TESTS
+    assert "segment_offsets_test.cc" in TESTS, TESTS
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-def test_kernels_against_reference_under_sanitizers(tmp_path):
-    assert "kernels/kernel_ref.cc" in kernel_objects.kernel_sources()
-    objects = kernel_objects.compile_kernels(str(tmp_path), SANITIZE, opt="-O2")
-    binary = str(tmp_path / "kernel_test")
+@pytest.mark.skipif(not has_gtest(), reason="needs googletest (libgtest-dev)")
+@pytest.mark.parametrize("test", TESTS)
+def test_cc_under_sanitizers(test, kernel_objects_under_sanitizers):
+    assert "kernels/core/kernel_scalar.cc" in kernel_objects.kernel_sources()
+    objects, out = kernel_objects_under_sanitizers
+    binary = str(out / test[:-len(".cc")])
     subprocess.run(["g++", "-std=c++17", "-O1", "-I.", *SANITIZE,
-                    "tests/cc/kernel_test.cc",
-                    *kernel_objects.SUPPORT_SOURCES, *objects, "-o", binary],
-                   cwd=ROOT, check=True)
-    result = subprocess.run([binary], capture_output=True, text=True,
-                            timeout=600, check=False)
-    summary = result.stdout.strip().splitlines()[-1]
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    assert re.fullmatch(r"\d+ passed, 0 failed", summary), summary
+                    f"tests/cc/{test}", *kernel_objects.SUPPORT_SOURCES,
+                    *objects, "-o", binary, "-lgtest_main", "-lgtest",
+                    "-pthread"], cwd=ROOT, check=True)
+    result = subprocess.run([binary, "--gtest_brief=1"], capture_output=True,
+                            text=True, timeout=900, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
     assert "runtime error" not in result.stderr, result.stderr[-4000:]
+    passed = re.search(r"\[  PASSED  \] (\d+) tests?", result.stdout)
+    assert passed and int(passed.group(1)) > 0, result.stdout[-2000:]
+    assert "[  FAILED  ]" not in result.stdout, result.stdout[-4000:]
+    # What was skipped (variants this CPU cannot run), for the log.
+    print(re.findall(r"\[  SKIPPED \] (\d+) tests?", result.stdout), test)

@@ -1,4 +1,4 @@
-"""Large tables are backed by 2 MiB pages (kernels/huge_pages.cc).
+"""Large tables are backed by 2 MiB pages (kernels/tf/huge_pages.cc).
 
 Each case runs in a fresh process: the advice is given once per table buffer
 per process, and TFCE_HUGE_PAGES is read once. The process reports what the

@@ -7,8 +7,9 @@
 
 #include <cstdint>
 
-#include "kernels/kernel_api.h"
-#include "kernels/stage_bytes_inl.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/core/kernel_variants.h"
+#include "kernels/core/stage_bytes_inl.h"
 
 namespace tfce {
 namespace {
@@ -35,7 +36,8 @@ struct Avx2 {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
   }
   static Vec LoadHalf(const uint16_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
 
   // Tails (n < 8): the first four elements with one exact narrower load
@@ -57,7 +59,8 @@ struct Avx2 {
     __m128i h;
     if (n >= 4) {
       const __m128i four = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-      h = _mm_insert_epi64(four, static_cast<long long>(StageBytes(p + 4, 2 * (n - 4))), 1);
+      h = _mm_insert_epi64(
+          four, static_cast<long long>(StageBytes(p + 4, 2 * (n - 4))), 1);
     } else {
       h = _mm_cvtsi64_si128(static_cast<long long>(StageBytes(p, 2 * n)));
     }
@@ -82,13 +85,6 @@ struct Avx2 {
 }  // namespace
 }  // namespace tfce
 
-#include "kernels/simd_kernels_inl.h"
+#include "kernels/core/simd_kernels_inl.h"
 
-namespace tfce {
-namespace avx2 {
-
-bool Lookup(const LookupArgs& args) { return SimdLookup<Avx2>(args); }
-bool Pool(const PoolArgs& args) { return SimdPool<Avx2>(args); }
-
-}  // namespace avx2
-}  // namespace tfce
+TFCE_DEFINE_SIMD_KERNEL_VARIANT(avx2, Avx2)

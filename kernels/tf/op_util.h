@@ -1,14 +1,14 @@
-// Helpers shared by the two OpKernels: table validation, turning a kernel's
-// `false` into a precise error, kernel selection.
-#ifndef TFCE_KERNELS_OP_UTIL_H_
-#define TFCE_KERNELS_OP_UTIL_H_
+// Helpers shared by the OpKernels: table validation, turning a kernel's
+// `false` into a precise error, kernel variant selection.
+#ifndef TFCE_KERNELS_TF_OP_UTIL_H_
+#define TFCE_KERNELS_TF_OP_UTIL_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/dispatch.h"
-#include "kernels/kernel_api.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel_api.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
@@ -48,9 +48,25 @@ constexpr int64_t kValidateFirstElements = int64_t{16} << 20;  // 64 MiB
 absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
                          const char* inputs, tensorflow::TensorShape* shape);
 
-// The kernel row chosen for this process (TFCE_ISA or CPU detection).
-absl::Status GetKernels(const KernelSet** kernels);
+// The kernel variant chosen for this process (TFCE_ISA or CPU detection).
+absl::Status GetKernelVariant(const KernelVariant** variant);
+
+// Base of the OpKernels over a compressed table (inputs 0 and 1): the kernel
+// variant and the thread cap (kMaxThreadsAttr), read at construction.
+class CompressedTableOp : public tensorflow::OpKernel {
+ public:
+  explicit CompressedTableOp(tensorflow::OpKernelConstruction* ctx);
+
+ protected:
+  // Validates inputs 0 (table) and 1 (scales) into *view (MakeTableView) and
+  // advises huge pages for the table's buffers.
+  absl::Status ReadTable(tensorflow::OpKernelContext* ctx,
+                         TableView* view) const;
+
+  const KernelVariant* variant_ = nullptr;
+  int64_t max_threads_ = 0;  // 0: all intra-op threads
+};
 
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_OP_UTIL_H_
+#endif  // TFCE_KERNELS_TF_OP_UTIL_H_

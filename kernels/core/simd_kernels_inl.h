@@ -1,6 +1,6 @@
 // The SIMD kernels, written once over an ISA's vector traits.
 //
-// Each ISA file (kernel_sse41.cc, kernel_avx2.cc, kernel_avx512.cc) defines a
+// Each ISA file (kernel_sse.cc, kernel_avx2.cc, kernel_avx512.cc) defines a
 // traits struct `Isa` in an anonymous namespace, compiled with that file's
 // ISA flags, and then includes this header, which instantiates the kernels
 // for it. Everything here is in an anonymous namespace and depends on no
@@ -16,7 +16,8 @@
 //     a narrower exact vector path first, then masks or staging).
 //   void Prefetch(const void*)
 //
-// Techniques (see benchmarks/RESULTS.md for what each one buys):
+// Techniques (benchmarks/ladder.py measures what each one buys, step by
+// step; history in docs/performance.md):
 //  - contiguous loads of the stored row, widened in registers;
 //  - decode fused with the weighted accumulation (one FMA per vector: the
 //    row's scale is folded into the weight), accumulators in registers for
@@ -27,12 +28,12 @@
 //  - two independent accumulator sets over alternate ids when a block is
 //    short, so consecutive FMAs do not wait on each other;
 //  - software prefetch of the rows `prefetch_rows` ids ahead.
-#ifndef TFCE_KERNELS_SIMD_KERNELS_INL_H_
-#define TFCE_KERNELS_SIMD_KERNELS_INL_H_
+#ifndef TFCE_KERNELS_CORE_SIMD_KERNELS_INL_H_
+#define TFCE_KERNELS_CORE_SIMD_KERNELS_INL_H_
 
 #include <cstdint>
 
-#include "kernels/kernel_api.h"
+#include "kernels/core/kernel_api.h"
 
 namespace tfce {
 namespace {
@@ -52,8 +53,7 @@ struct Int8Rows {
   static float Scale(const TableView& t, int64_t id) { return t.scales[id]; }
   // The scale lives in its own array: a second cache line to fetch. Always
   // inlined, like every function that only prefetches (see PrefetchRow).
-  TFCE_ALWAYS_INLINE static void PrefetchScale(const TableView& t,
-                                               int64_t id) {
+  TFCE_ALWAYS_INLINE static void PrefetchScale(const TableView& t, int64_t id) {
     Isa::Prefetch(t.scales + id);
   }
   static Vec Load(const Elem* p) { return Isa::LoadInt8(p); }
@@ -77,12 +77,13 @@ const typename Rows::Elem* RowPtr(const TableView& t, int64_t id) {
 
 // Always inlined, as each ISA's Prefetch: a prefetch has no effect GCC can
 // see, so an out-of-line function holding one is found side-effect free and
-// every call to it is deleted (the pool kernels ran without prefetching for
-// that reason). tests/python/test_isa_isolation.py checks the machine code.
+// every call to it is deleted. tests/python/test_isa_isolation.py checks the
+// machine code.
 template <class Isa, class Rows>
 TFCE_ALWAYS_INLINE void PrefetchRow(const TableView& t, int64_t id) {
   const char* p = reinterpret_cast<const char*>(RowPtr<Rows>(t, id));
-  const int64_t bytes = t.dim * static_cast<int64_t>(sizeof(typename Rows::Elem));
+  const int64_t bytes =
+      t.dim * static_cast<int64_t>(sizeof(typename Rows::Elem));
   Rows::PrefetchScale(t, id);
   if (bytes == 0) return;
   for (int64_t off = 0; off < bytes; off += 64) Isa::Prefetch(p + off);
@@ -91,9 +92,8 @@ TFCE_ALWAYS_INLINE void PrefetchRow(const TableView& t, int64_t id) {
 
 // The first `distance` rows of a run of ids [begin, end), which the loop's
 // prefetches (each `distance` ids ahead of its row) never cover: issued all
-// at once, their misses overlap instead of stalling the loop one by one. At
-// 512 rows per call, 16 unprefetched rows cost ~20 % of a call on a table in
-// DRAM.
+// at once, their misses overlap instead of stalling the loop one by one (on a
+// table in DRAM each unprefetched row is a full miss of its own).
 template <class Isa, class Rows, class Index>
 TFCE_ALWAYS_INLINE void PrefetchFirstRows(const TableView& t, const Index* ids,
                                           int64_t begin, int64_t end,
@@ -108,7 +108,7 @@ TFCE_ALWAYS_INLINE void PrefetchFirstRows(const TableView& t, const Index* ids,
 // ---------------------------------------------------------------- lookup
 
 template <class Isa, class Rows, class Index>
-bool LookupImpl(const LookupArgs& a) {
+bool LookupIds(const LookupArgs& a) {
   constexpr int W = Isa::kLanes;
   const Index* ids = static_cast<const Index*>(a.ids.data);
   const int64_t dim = a.table.dim;
@@ -142,10 +142,10 @@ bool LookupImpl(const LookupArgs& a) {
 
 // Everything one bag needs, decided before its blocks run.
 struct BagState {
-  int64_t begin, end;        // ids of the bag
-  int64_t prefetch_end;      // ids at or past this are not prefetched
-  bool zero;                 // zero denominator: the bag's output is zeros
-  float denom;               // 1 for sum
+  int64_t begin, end;    // ids of the bag
+  int64_t prefetch_end;  // ids at or past this are not prefetched
+  bool zero;             // zero denominator: the bag's output is zeros
+  float denom;           // 1 for sum
 };
 
 // Tail length of a block: fixed at compile time (kTail >= 0, so masks and
@@ -155,26 +155,26 @@ constexpr int kRuntimeTail = -1;
 // acc[0..kVecs) += factor * row[0..kVecs*W), and the tail into acc[kVecs].
 // Always inlined with fully unrolled loops, so `acc` lives in registers.
 template <class Isa, class Rows, int kVecs, int kTail>
-TFCE_ALWAYS_INLINE void AccumulateRow(typename Isa::Vec* acc,
-                                      const typename Rows::Elem* row,
-                                      typename Isa::Vec factor, int tail) {
+TFCE_ALWAYS_INLINE void AccumulateRowBlock(typename Isa::Vec* acc,
+                                           const typename Rows::Elem* row,
+                                           typename Isa::Vec factor, int tail) {
   constexpr int W = Isa::kLanes;
 #pragma GCC unroll 16
   for (int k = 0; k < kVecs; ++k) {
     acc[k] = Isa::MulAdd(Rows::Load(row + k * W), factor, acc[k]);
   }
   if (kTail != 0) {
-    acc[kVecs] = Isa::MulAdd(Rows::LoadTail(row + kVecs * W, tail), factor,
-                             acc[kVecs]);
+    acc[kVecs] =
+        Isa::MulAdd(Rows::LoadTail(row + kVecs * W, tail), factor, acc[kVecs]);
   }
 }
 
 // One id of a bag: check it, prefetch ahead, accumulate its row.
 template <class Isa, class Rows, class Index, int kVecs, int kTail>
-TFCE_ALWAYS_INLINE bool Step(const PoolArgs& a, const Index* ids,
-                             const BagState& bag, int64_t i, int64_t d0,
-                             int tail, int64_t distance,
-                             typename Isa::Vec* acc) {
+TFCE_ALWAYS_INLINE bool AccumulateId(const PoolArgs& a, const Index* ids,
+                                     const BagState& bag, int64_t i, int64_t d0,
+                                     int tail, int64_t distance,
+                                     typename Isa::Vec* acc) {
   const TableView& t = a.table;
   const int64_t id = static_cast<int64_t>(ids[i]);
   if (!InRange(id, t.rows)) return false;
@@ -184,21 +184,20 @@ TFCE_ALWAYS_INLINE bool Step(const PoolArgs& a, const Index* ids,
   }
   const float w = a.weights ? a.weights[i] : 1.0f;
   const typename Isa::Vec factor = Isa::Set1(w * Rows::Scale(t, id));
-  AccumulateRow<Isa, Rows, kVecs, kTail>(acc, RowPtr<Rows>(t, id) + d0,
-                                         factor, tail);
+  AccumulateRowBlock<Isa, Rows, kVecs, kTail>(acc, RowPtr<Rows>(t, id) + d0,
+                                              factor, tail);
   return true;
 }
 
 // Accumulates one block of a bag's output: kVecs full vectors starting at
 // element d0, plus a tail (< kLanes elements) after them when kTail != 0.
-// Inlined into the fixed-dim bag functions, where d0 is then a constant
-// (row addresses need no extra registers: fp16 dim 128 ~7 % faster); the
-// runtime-dim path calls it through PoolBlock.
+// Inlined into FixedDimBlocks, where d0 is then a constant (row addresses
+// need no extra registers, which long fixed dims are short of); the
+// runtime-dim path calls it through PoolBlockOutOfLine.
 template <class Isa, class Rows, class Index, int kVecs, int kTail>
-TFCE_ALWAYS_INLINE bool PoolBlockInline(const PoolArgs& a, const Index* ids,
-                                        const BagState& bag, int64_t d0,
-                                        int runtime_tail, bool prefetch,
-                                        float* out) {
+TFCE_ALWAYS_INLINE bool PoolBlock(const PoolArgs& a, const Index* ids,
+                                  const BagState& bag, int64_t d0,
+                                  int runtime_tail, bool prefetch, float* out) {
   using Vec = typename Isa::Vec;
   constexpr int W = Isa::kLanes;
   constexpr int kAcc = kVecs + (kTail != 0 ? 1 : 0);
@@ -214,17 +213,17 @@ TFCE_ALWAYS_INLINE bool PoolBlockInline(const PoolArgs& a, const Index* ids,
   int64_t i = bag.begin;
   if (kTwoSets) {
     for (; i + 2 <= bag.end; i += 2) {
-      if (!Step<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i, d0, tail,
-                                                distance, acc0) ||
-          !Step<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i + 1, d0, tail,
-                                                distance, acc1)) {
+      if (!AccumulateId<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i, d0,
+                                                        tail, distance, acc0) ||
+          !AccumulateId<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i + 1, d0,
+                                                        tail, distance, acc1)) {
         return false;
       }
     }
   }
   for (; i < bag.end; ++i) {
-    if (!Step<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i, d0, tail,
-                                              distance, acc0)) {
+    if (!AccumulateId<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i, d0, tail,
+                                                      distance, acc0)) {
       return false;
     }
   }
@@ -247,10 +246,11 @@ TFCE_ALWAYS_INLINE bool PoolBlockInline(const PoolArgs& a, const Index* ids,
 }
 
 template <class Isa, class Rows, class Index, int kVecs, int kTail>
-bool PoolBlock(const PoolArgs& a, const Index* ids, const BagState& bag,
-               int64_t d0, int runtime_tail, bool prefetch, float* out) {
-  return PoolBlockInline<Isa, Rows, Index, kVecs, kTail>(
-      a, ids, bag, d0, runtime_tail, prefetch, out);
+bool PoolBlockOutOfLine(const PoolArgs& a, const Index* ids,
+                        const BagState& bag, int64_t d0, int runtime_tail,
+                        bool prefetch, float* out) {
+  return PoolBlock<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, d0,
+                                                   runtime_tail, prefetch, out);
 }
 
 // Most vectors one block holds in registers (the same for every ISA).
@@ -259,7 +259,7 @@ constexpr int kMaxBlockVecs = 8;
 // A dimension known at compile time: blocks of kMax vectors, then one
 // block with the remaining vectors and lanes, all counts constant.
 template <class Isa, class Rows, class Index, int kDim>
-struct FixedDimBag {
+struct FixedDimBlocks {
   TFCE_ALWAYS_INLINE static bool Run(const PoolArgs& a, const Index* ids,
                                      const BagState& bag, float* out) {
     constexpr int W = Isa::kLanes;
@@ -268,35 +268,35 @@ struct FixedDimBag {
     constexpr int kRestVecs = kDim / W % kMax;
     constexpr int kTailLanes = kDim % W;
     for (int b = 0; b < kFullBlocks; ++b) {
-      if (!PoolBlockInline<Isa, Rows, Index, kMax, 0>(
-              a, ids, bag, b * kMax * W, 0, b == 0, out)) {
+      if (!PoolBlock<Isa, Rows, Index, kMax, 0>(a, ids, bag, b * kMax * W, 0,
+                                                b == 0, out)) {
         return false;
       }
     }
     if (kRestVecs == 0 && kTailLanes == 0) return true;
-    return PoolBlockInline<Isa, Rows, Index, kRestVecs, kTailLanes>(
-        a, ids, bag, kFullBlocks * kMax * W, kTailLanes, kFullBlocks == 0,
-        out);
+    return PoolBlock<Isa, Rows, Index, kRestVecs, kTailLanes>(
+        a, ids, bag, kFullBlocks * kMax * W, kTailLanes, kFullBlocks == 0, out);
   }
 };
 
 // The remainder block of a runtime dimension, by its vector count.
 template <class Isa, class Rows, class Index, int kTail, int kVecs = 0>
-bool PoolRemainder(const PoolArgs& a, const Index* ids, const BagState& bag,
-                   int64_t d0, int vecs, int tail, bool prefetch, float* out) {
+bool PoolRemainderByVecs(const PoolArgs& a, const Index* ids,
+                         const BagState& bag, int64_t d0, int vecs, int tail,
+                         bool prefetch, float* out) {
   if constexpr (kVecs + 1 < kMaxBlockVecs) {
     if (vecs > kVecs) {
-      return PoolRemainder<Isa, Rows, Index, kTail, kVecs + 1>(
+      return PoolRemainderByVecs<Isa, Rows, Index, kTail, kVecs + 1>(
           a, ids, bag, d0, vecs, tail, prefetch, out);
     }
   }
-  return PoolBlock<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, d0, tail,
-                                                   prefetch, out);
+  return PoolBlockOutOfLine<Isa, Rows, Index, kVecs, kTail>(
+      a, ids, bag, d0, tail, prefetch, out);
 }
 
 // Any dimension: full blocks of kMax vectors, then one remainder block.
 template <class Isa, class Rows, class Index>
-struct RuntimeDimBag {
+struct RuntimeDimBlocks {
   static bool Run(const PoolArgs& a, const Index* ids, const BagState& bag,
                   float* out) {
     constexpr int W = Isa::kLanes;
@@ -304,8 +304,8 @@ struct RuntimeDimBag {
     const int64_t dim = a.table.dim;
     int64_t d0 = 0;
     for (; d0 + kMax * W <= dim; d0 += kMax * W) {
-      if (!PoolBlock<Isa, Rows, Index, kMax, 0>(a, ids, bag, d0, 0, d0 == 0,
-                                                out)) {
+      if (!PoolBlockOutOfLine<Isa, Rows, Index, kMax, 0>(a, ids, bag, d0, 0,
+                                                         d0 == 0, out)) {
         return false;
       }
     }
@@ -313,22 +313,23 @@ struct RuntimeDimBag {
     if (rest == 0) return true;
     const int vecs = static_cast<int>(rest / W);
     const int tail = static_cast<int>(rest % W);
-    return tail ? PoolRemainder<Isa, Rows, Index, kRuntimeTail>(
+    return tail ? PoolRemainderByVecs<Isa, Rows, Index, kRuntimeTail>(
                       a, ids, bag, d0, vecs, tail, d0 == 0, out)
-                : PoolRemainder<Isa, Rows, Index, 0>(a, ids, bag, d0, vecs, 0,
-                                                     d0 == 0, out);
+                : PoolRemainderByVecs<Isa, Rows, Index, 0>(
+                      a, ids, bag, d0, vecs, 0, d0 == 0, out);
   }
 };
 
-// All bags of a call, each by Bag::Run. The loop over bags sits in the same
-// function as a fixed dimension's blocks: no indirect call per bag (bags of
-// one id 1.1-1.25x faster than with one).
-template <class Isa, class Rows, class Index, class Bag>
-bool PoolBags(const PoolArgs& args) {
+// All bags of a call, each by Blocks::Run (FixedDimBlocks or
+// RuntimeDimBlocks). The loop over bags sits in the same function as a fixed
+// dimension's blocks: no call per bag, which would cost bags of one id as
+// much as their own work.
+template <class Isa, class Rows, class Index, class Blocks>
+bool PoolEachBag(const PoolArgs& args) {
   // A local copy, so its fields stay in registers: a vector store may alias
-  // anything, and fields read through `args` were reloaded after every one
-  // (bags of one id 1.3-2.1x faster). Making a fixed dim a constant here too
-  // cost int8 dim 16 on 2M rows at L = 80 ~20 %, so it is not done.
+  // anything, and fields read through `args` would be reloaded after every
+  // one. Making a fixed dim a constant here too measured slower on long bags
+  // (benchmarks/op_bench.py; docs/performance.md), so it is not done.
   const PoolArgs a = args;
   const Index* ids = static_cast<const Index*>(a.ids.data);
   const int64_t prefetch_end = a.bag_offsets[a.bag_end];
@@ -352,57 +353,74 @@ bool PoolBags(const PoolArgs& args) {
                 : a.combiner == Combiner::kSqrtN ? __builtin_sqrtf(w2sum)
                                                  : 1.0f;
     bag.zero = bag.denom == 0.0f;
-    if (!Bag::Run(a, ids, bag, a.out + b * a.table.dim)) return false;
+    if (!Blocks::Run(a, ids, bag, a.out + b * a.table.dim)) return false;
   }
   return true;
 }
 
-// The per-call choice of the bag function: the first of kDims equal to the
-// table's dim gets its fully unrolled FixedDimBag, any other dim the
-// runtime-dim blocks.
+// The per-call choice of the blocks: the first of kDim, kDims... equal to the
+// table's dim gets its fully unrolled FixedDimBlocks, any other dim
+// RuntimeDimBlocks.
 template <class Isa, class Rows, class Index, int kDim, int... kDims>
-bool PoolFixedOrRuntimeDim(const PoolArgs& a) {
+bool PoolByDimAmong(const PoolArgs& a) {
   if (a.table.dim == kDim) {
-    return PoolBags<Isa, Rows, Index, FixedDimBag<Isa, Rows, Index, kDim>>(a);
+    return PoolEachBag<Isa, Rows, Index,
+                       FixedDimBlocks<Isa, Rows, Index, kDim>>(a);
   }
   if constexpr (sizeof...(kDims) > 0) {
-    return PoolFixedOrRuntimeDim<Isa, Rows, Index, kDims...>(a);
+    return PoolByDimAmong<Isa, Rows, Index, kDims...>(a);
   } else {
-    return PoolBags<Isa, Rows, Index, RuntimeDimBag<Isa, Rows, Index>>(a);
+    return PoolEachBag<Isa, Rows, Index, RuntimeDimBlocks<Isa, Rows, Index>>(a);
   }
 }
 
+// The dims that get fully unrolled blocks (FixedDimBlocks); any other dim
+// runs the runtime-dim blocks.
 template <class Isa, class Rows, class Index>
-bool PoolImpl(const PoolArgs& a) {
-  return PoolFixedOrRuntimeDim<Isa, Rows, Index, 8, 12, 16, 32, 64, 128>(a);
+bool PoolByDim(const PoolArgs& a) {
+  return PoolByDimAmong<Isa, Rows, Index, 8, 12, 16, 32, 64, 128>(a);
 }
 
 template <class Isa, template <class> class Rows>
-bool LookupRows(const LookupArgs& a) {
-  return a.ids.is_int64 ? LookupImpl<Isa, Rows<Isa>, int64_t>(a)
-                        : LookupImpl<Isa, Rows<Isa>, int32_t>(a);
+bool LookupByIndexWidth(const LookupArgs& a) {
+  return a.ids.is_int64 ? LookupIds<Isa, Rows<Isa>, int64_t>(a)
+                        : LookupIds<Isa, Rows<Isa>, int32_t>(a);
 }
 
 template <class Isa, template <class> class Rows>
-bool PoolRows(const PoolArgs& a) {
-  return a.ids.is_int64 ? PoolImpl<Isa, Rows<Isa>, int64_t>(a)
-                        : PoolImpl<Isa, Rows<Isa>, int32_t>(a);
+bool PoolByIndexWidth(const PoolArgs& a) {
+  return a.ids.is_int64 ? PoolByDim<Isa, Rows<Isa>, int64_t>(a)
+                        : PoolByDim<Isa, Rows<Isa>, int32_t>(a);
 }
 
-// The two entry points an ISA file exports through the dispatch table.
+// The two entry points an ISA file exports through the dispatch table, by
+// storage format, then id width, then (pool) dim.
 template <class Isa>
-bool SimdLookup(const LookupArgs& args) {
-  return args.table.storage == Storage::kInt8 ? LookupRows<Isa, Int8Rows>(args)
-                                              : LookupRows<Isa, HalfRows>(args);
+bool LookupByStorage(const LookupArgs& args) {
+  return args.table.storage == Storage::kInt8
+             ? LookupByIndexWidth<Isa, Int8Rows>(args)
+             : LookupByIndexWidth<Isa, HalfRows>(args);
 }
 
 template <class Isa>
-bool SimdPool(const PoolArgs& args) {
-  return args.table.storage == Storage::kInt8 ? PoolRows<Isa, Int8Rows>(args)
-                                              : PoolRows<Isa, HalfRows>(args);
+bool PoolByStorage(const PoolArgs& args) {
+  return args.table.storage == Storage::kInt8
+             ? PoolByIndexWidth<Isa, Int8Rows>(args)
+             : PoolByIndexWidth<Isa, HalfRows>(args);
 }
 
 }  // namespace
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_SIMD_KERNELS_INL_H_
+// Defines the entry points of the kernel variant `name` (a line of
+// kernel_variants.inc) over the traits struct `Isa`: tfce::name::Lookup and
+// tfce::name::Pool, the only symbols an ISA file exports.
+#define TFCE_DEFINE_SIMD_KERNEL_VARIANT(name, Isa)                           \
+  namespace tfce {                                                           \
+  namespace name {                                                           \
+  bool Lookup(const LookupArgs& args) { return LookupByStorage<Isa>(args); } \
+  bool Pool(const PoolArgs& args) { return PoolByStorage<Isa>(args); }       \
+  }                                                                          \
+  }
+
+#endif  // TFCE_KERNELS_CORE_SIMD_KERNELS_INL_H_

@@ -6,9 +6,10 @@
 // caller computes too and spins for the last chunk instead of sleeping, and a
 // pool thread that ran chunks stands by for a short while for the next split
 // call, as OpenMP runtimes do, so back-to-back calls need no wake-up.
-#ifndef TFCE_KERNELS_PARALLEL_RUN_H_
-#define TFCE_KERNELS_PARALLEL_RUN_H_
+#ifndef TFCE_KERNELS_TF_PARALLEL_RUN_H_
+#define TFCE_KERNELS_TF_PARALLEL_RUN_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 
@@ -51,6 +52,26 @@ void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
                  int64_t cost_per_unit, int64_t max_threads,
                  const std::function<void(int64_t, int64_t)>& fn);
 
+// Runs `kernel` over units [0, total) of `args` in shards (ParallelRun):
+// each shard is a copy of `args` with its [begin, end) in the members
+// `begin` and `end`. Returns false when any shard returned false (a bad id:
+// the caller re-scans the ids for the precise error).
+template <typename Args>
+bool RunKernelSharded(tensorflow::OpKernelContext* ctx,
+                      bool (*kernel)(const Args&), const Args& args,
+                      int64_t Args::*begin, int64_t Args::*end, int64_t total,
+                      int64_t cost_per_unit, int64_t max_threads) {
+  std::atomic<bool> ok(true);
+  ParallelRun(ctx, total, cost_per_unit, max_threads,
+              [&](int64_t shard_begin, int64_t shard_end) {
+                Args shard = args;
+                shard.*begin = shard_begin;
+                shard.*end = shard_end;
+                if (!kernel(shard)) ok.store(false);
+              });
+  return ok.load();
+}
+
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_PARALLEL_RUN_H_
+#endif  // TFCE_KERNELS_TF_PARALLEL_RUN_H_

@@ -1,4 +1,4 @@
-#include "kernels/cpu_features.h"
+#include "kernels/core/cpu_features.h"
 
 #include <unistd.h>
 
@@ -31,8 +31,9 @@ CpuFeatures Detect() {
   const bool f16c = (ecx & bit_F16C) != 0;
   if (!osxsave || !avx) return f;
   const uint64_t xcr0 = ReadXcr0();
-  const bool ymm_saved = (xcr0 & 0x6) == 0x6;     // SSE + AVX state
-  const bool zmm_saved = (xcr0 & 0xE6) == 0xE6;   // + opmask, ZMM_Hi256, Hi16_ZMM
+  const bool ymm_saved = (xcr0 & 0x6) == 0x6;  // SSE + AVX state
+  const bool zmm_saved =
+      (xcr0 & 0xE6) == 0xE6;  // + opmask, ZMM_Hi256, Hi16_ZMM
   if (!ymm_saved) return f;
   f.fma = fma;
   f.f16c = f16c;

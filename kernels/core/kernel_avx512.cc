@@ -7,7 +7,8 @@
 
 #include <cstdint>
 
-#include "kernels/kernel_api.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/core/kernel_variants.h"
 
 namespace tfce {
 namespace {
@@ -33,7 +34,8 @@ struct Avx512 {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
   }
   static Vec LoadHalf(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
 
   static __mmask16 Mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }
@@ -52,13 +54,6 @@ struct Avx512 {
 }  // namespace
 }  // namespace tfce
 
-#include "kernels/simd_kernels_inl.h"
+#include "kernels/core/simd_kernels_inl.h"
 
-namespace tfce {
-namespace avx512 {
-
-bool Lookup(const LookupArgs& args) { return SimdLookup<Avx512>(args); }
-bool Pool(const PoolArgs& args) { return SimdPool<Avx512>(args); }
-
-}  // namespace avx512
-}  // namespace tfce
+TFCE_DEFINE_SIMD_KERNEL_VARIANT(avx512, Avx512)

@@ -2,8 +2,8 @@
 // masked loads (SSE4.1, AVX2). Included by those ISA files only, inside
 // their anonymous namespace context, so each gets its own copy compiled with
 // its own flags.
-#ifndef TFCE_KERNELS_STAGE_BYTES_INL_H_
-#define TFCE_KERNELS_STAGE_BYTES_INL_H_
+#ifndef TFCE_KERNELS_CORE_STAGE_BYTES_INL_H_
+#define TFCE_KERNELS_CORE_STAGE_BYTES_INL_H_
 
 #include <cstdint>
 
@@ -23,4 +23,4 @@ inline uint64_t StageBytes(const void* p, int bytes) {
 }  // namespace
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_STAGE_BYTES_INL_H_
+#endif  // TFCE_KERNELS_CORE_STAGE_BYTES_INL_H_

@@ -1,7 +1,7 @@
 // Exact IEEE binary16 -> binary32 conversion with integer operations only,
 // so the reference kernel needs no F16C and gives the same bits everywhere.
-#ifndef TFCE_KERNELS_FP16_H_
-#define TFCE_KERNELS_FP16_H_
+#ifndef TFCE_KERNELS_CORE_FP16_H_
+#define TFCE_KERNELS_CORE_FP16_H_
 
 #include <cstdint>
 #include <cstring>
@@ -25,7 +25,8 @@ inline float HalfBitsToFloat(uint16_t h) {
       mantissa <<= 1;
       --e;
     }
-    bits = sign | (static_cast<uint32_t>(e) << 23) | ((mantissa & 0x3FFu) << 13);
+    bits =
+        sign | (static_cast<uint32_t>(e) << 23) | ((mantissa & 0x3FFu) << 13);
   }
   float f;
   std::memcpy(&f, &bits, sizeof(f));
@@ -34,4 +35,4 @@ inline float HalfBitsToFloat(uint16_t h) {
 
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_FP16_H_
+#endif  // TFCE_KERNELS_CORE_FP16_H_

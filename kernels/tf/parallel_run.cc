@@ -1,4 +1,4 @@
-#include "kernels/parallel_run.h"
+#include "kernels/tf/parallel_run.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/tuning_env.h"
+#include "kernels/core/tuning_env.h"
 #include "tensorflow/core/platform/threadpool.h"
 
 namespace tfce {

@@ -1,6 +1,6 @@
 // What this CPU and OS can execute, read once from CPUID and XCR0.
-#ifndef TFCE_KERNELS_CPU_FEATURES_H_
-#define TFCE_KERNELS_CPU_FEATURES_H_
+#ifndef TFCE_KERNELS_CORE_CPU_FEATURES_H_
+#define TFCE_KERNELS_CORE_CPU_FEATURES_H_
 
 #include <cstdint>
 
@@ -26,4 +26,4 @@ const CpuFeatures& GetCpuFeatures();
 
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_CPU_FEATURES_H_
+#endif  // TFCE_KERNELS_CORE_CPU_FEATURES_H_

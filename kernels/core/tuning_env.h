@@ -2,8 +2,8 @@
 // process by their users. A tuning hint never fails a call, so a value that
 // is not a number is ignored. (TFCE_HUGE_PAGES is an on/off switch, read in
 // huge_pages.cc.)
-#ifndef TFCE_KERNELS_TUNING_ENV_H_
-#define TFCE_KERNELS_TUNING_ENV_H_
+#ifndef TFCE_KERNELS_CORE_TUNING_ENV_H_
+#define TFCE_KERNELS_CORE_TUNING_ENV_H_
 
 #include <cstdlib>
 
@@ -23,4 +23,4 @@ inline double TuningEnv(const char* name, double fallback, double max) {
 
 }  // namespace tfce
 
-#endif  // TFCE_KERNELS_TUNING_ENV_H_
+#endif  // TFCE_KERNELS_CORE_TUNING_ENV_H_

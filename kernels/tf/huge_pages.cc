@@ -1,12 +1,10 @@
-#include "kernels/huge_pages.h"
+#include "kernels/tf/huge_pages.h"
 
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <set>
 #include <utility>
-
-#include "kernels/dispatch.h"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -15,11 +13,6 @@
 namespace tfce {
 namespace {
 
-constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
-#if defined(__linux__)
-constexpr int kMadvHugepage = 14;  // MADV_HUGEPAGE
-constexpr int kMadvCollapse = 25;  // MADV_COLLAPSE; older headers lack it
-#endif
 // Buffers remembered at most; past that, new buffers are not advised (a
 // process that keeps allocating new tables is not one to tune).
 constexpr size_t kMaxBuffers = 4096;
@@ -49,8 +42,9 @@ std::atomic<int64_t> collapsed_bytes{0};
 void AdviseHugePages(const void* data, int64_t bytes) {
   if (bytes < kHugePageMinBytes || data == nullptr || !Enabled()) return;
   const uintptr_t start = reinterpret_cast<uintptr_t>(data);
-  const uintptr_t begin = (start + kHugePage - 1) & ~(kHugePage - 1);
-  const uintptr_t end = (start + static_cast<uintptr_t>(bytes)) & ~(kHugePage - 1);
+  const uintptr_t begin = (start + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+  const uintptr_t end =
+      (start + static_cast<uintptr_t>(bytes)) & ~(kHugePageBytes - 1);
   if (end <= begin) return;
   {
     Registry& r = TheRegistry();
@@ -83,8 +77,3 @@ void AdviseHugePages(const TableView& table) {
 int64_t HugePageBytes() { return collapsed_bytes.load(); }
 
 }  // namespace tfce
-
-extern "C" __attribute__((visibility("default"))) int64_t
-tfce_huge_page_bytes() {
-  return tfce::HugePageBytes();
-}

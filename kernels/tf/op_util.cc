@@ -1,9 +1,11 @@
-#include "kernels/op_util.h"
+#include "kernels/tf/op_util.h"
 
 #include <algorithm>
 #include <limits>
 #include <string>
 
+#include "kernels/tf/huge_pages.h"
+#include "kernels/tf/parallel_run.h"
 #include "tensorflow/core/framework/bounds_check.h"
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/util/overflow.h"
@@ -16,21 +18,21 @@ using ::tensorflow::Tensor;
 absl::Status MakeTableView(const Tensor& table, const Tensor& scales,
                            TableView* view) {
   if (table.dims() != 2) {
-    return InvalidArgument(
-        "table must be a matrix [rows, dim], but has shape ",
-        table.shape().DebugString(), " (rank ", table.dims(), ")");
+    return InvalidArgument("table must be a matrix [rows, dim], but has shape ",
+                           table.shape().DebugString(), " (rank ", table.dims(),
+                           ")");
   }
   const int64_t rows = table.dim_size(0);
   const int64_t dim = table.dim_size(1);
   if (scales.dims() != 1) {
     return InvalidArgument("scales must be a vector, but has shape ",
-                                   scales.shape().DebugString());
+                           scales.shape().DebugString());
   }
   if (table.dtype() == tensorflow::DT_INT8) {
     if (scales.dim_size(0) != rows) {
       return InvalidArgument(
-          "scales must have one float32 per table row: expected shape [",
-          rows, "] for an int8 table of shape ", table.shape().DebugString(),
+          "scales must have one float32 per table row: expected shape [", rows,
+          "] for an int8 table of shape ", table.shape().DebugString(),
           ", but got ", scales.shape().DebugString());
     }
     view->storage = Storage::kInt8;
@@ -47,9 +49,8 @@ absl::Status MakeTableView(const Tensor& table, const Tensor& scales,
     view->data = table.data();
     view->scales = nullptr;
   } else {
-    return InvalidArgument(
-        "table dtype must be int8 or float16, got ",
-        tensorflow::DataTypeString(table.dtype()));
+    return InvalidArgument("table dtype must be int8 or float16, got ",
+                           tensorflow::DataTypeString(table.dtype()));
   }
   view->rows = rows;
   view->dim = dim;
@@ -72,9 +73,9 @@ absl::Status FirstBadId(const Tensor& ids, int64_t rows,
                             : segment_ids->flat<int64_t>()(i);
       segment = absl::StrCat(" (in segment ", s, ")");
     }
-    return InvalidArgument(
-        "ids", tensorflow::SliceDebugString(ids.shape(), i), " = ", id,
-        segment, " is not in [0, ", rows, "): the table has ", rows, " rows");
+    return InvalidArgument("ids", tensorflow::SliceDebugString(ids.shape(), i),
+                           " = ", id, segment, " is not in [0, ", rows,
+                           "): the table has ", rows, " rows");
   }
   return absl::OkStatus();
 }
@@ -96,10 +97,23 @@ absl::Status BadIdError(const Tensor& ids, int64_t rows,
   return absl::InternalError("ids changed while the op was reading them");
 }
 
-absl::Status GetKernels(const KernelSet** kernels) {
+absl::Status GetKernelVariant(const KernelVariant** variant) {
   std::string error;
-  *kernels = SelectedKernels(&error);
-  if (*kernels == nullptr) return absl::InvalidArgumentError(error);
+  *variant = SelectedVariant(&error);
+  if (*variant == nullptr) return absl::InvalidArgumentError(error);
+  return absl::OkStatus();
+}
+
+CompressedTableOp::CompressedTableOp(tensorflow::OpKernelConstruction* ctx)
+    : OpKernel(ctx) {
+  OP_REQUIRES_OK(ctx, GetKernelVariant(&variant_));
+  OP_REQUIRES_OK(ctx, ReadMaxThreads(ctx, &max_threads_));
+}
+
+absl::Status CompressedTableOp::ReadTable(tensorflow::OpKernelContext* ctx,
+                                          TableView* view) const {
+  TF_RETURN_IF_ERROR(MakeTableView(ctx->input(0), ctx->input(1), view));
+  AdviseHugePages(*view);
   return absl::OkStatus();
 }
 
@@ -109,20 +123,12 @@ absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
   // names no input.
   if (tensorflow::MultiplyWithoutOverflow(outer.num_elements(), dim) < 0) {
     return InvalidArgument("the output shape ", outer.DebugString(), " + [",
-                           dim, "] has more elements than int64 can count: ",
-                           inputs, " or the table's dim is too large");
+                           dim,
+                           "] has more elements than int64 can count: ", inputs,
+                           " or the table's dim is too large");
   }
   *shape = outer;
   return shape->AddDimWithStatus(dim);
 }
 
 }  // namespace tfce
-
-#ifndef TFCE_TF_VERSION  // set by setup.py and tools/configure_bazel.py
-#define TFCE_TF_VERSION "unknown"
-#endif
-
-// Read by the Python loader (without loading) to check that this library was
-// built against the TensorFlow it is about to be loaded into.
-extern "C" __attribute__((used, visibility("default")))
-const char tfce_build_info[] = "TFCE_BUILT_FOR_TF=" TFCE_TF_VERSION ";";

@@ -1,24 +1,27 @@
-// SSE4.1 kernels (4 floats per vector). Only this file is built with
-// -msse4.1. SSE4.1 CPUs may lack FMA and F16C, so this file uses a multiply
-// then an add, and decodes float16 with integer operations (exact, and
+// The "sse" kernel variant: SSE4.1 (4 floats per vector). Only this file is
+// built with -msse4.1. SSE4.1 CPUs may lack FMA and F16C, so this file uses a
+// multiply then an add, and decodes float16 with integer operations (exact, and
 // independent of the denormals-are-zero mode TensorFlow sets).
 #include <smmintrin.h>
 
 #include <cstdint>
 
-#include "kernels/kernel_api.h"
-#include "kernels/stage_bytes_inl.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/core/kernel_variants.h"
+#include "kernels/core/stage_bytes_inl.h"
 
 namespace tfce {
 namespace {
 
-struct Sse41 {
+struct Sse {
   static constexpr int kLanes = 4;
   using Vec = __m128;
 
   static Vec Zero() { return _mm_setzero_ps(); }
   static Vec Set1(float x) { return _mm_set1_ps(x); }
-  static Vec MulAdd(Vec a, Vec b, Vec c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
+  static Vec MulAdd(Vec a, Vec b, Vec c) {
+    return _mm_add_ps(_mm_mul_ps(a, b), c);
+  }
   static Vec Add(Vec a, Vec b) { return _mm_add_ps(a, b); }
   static Vec Mul(Vec a, Vec b) { return _mm_mul_ps(a, b); }
   static Vec Div(Vec a, Vec b) { return _mm_div_ps(a, b); }
@@ -38,7 +41,8 @@ struct Sse41 {
   //   subnormal: mantissa * 2^-24, computed from an exact integer (no
   //              float denormal appears, so DAZ/FTZ cannot change it)
   static Vec HalvesToFloat(__m128i h) {
-    const __m128i sign = _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x8000)), 16);
+    const __m128i sign =
+        _mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x8000)), 16);
     const __m128i em = _mm_and_si128(h, _mm_set1_epi32(0x7FFF));
     const __m128i normal =
         _mm_add_epi32(_mm_slli_epi32(em, 13), _mm_set1_epi32(112 << 23));
@@ -58,8 +62,8 @@ struct Sse41 {
     return Int8ToFloat(four);
   }
   static Vec LoadHalf(const uint16_t* p) {
-    return HalvesToFloat(
-        _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    return HalvesToFloat(_mm_cvtepu16_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
 
   // Tails (n < 4): staged through a register, nothing past the row is read.
@@ -84,13 +88,6 @@ struct Sse41 {
 }  // namespace
 }  // namespace tfce
 
-#include "kernels/simd_kernels_inl.h"
+#include "kernels/core/simd_kernels_inl.h"
 
-namespace tfce {
-namespace sse41 {
-
-bool Lookup(const LookupArgs& args) { return SimdLookup<Sse41>(args); }
-bool Pool(const PoolArgs& args) { return SimdPool<Sse41>(args); }
-
-}  // namespace sse41
-}  // namespace tfce
+TFCE_DEFINE_SIMD_KERNEL_VARIANT(sse, Sse)

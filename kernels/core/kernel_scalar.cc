@@ -1,17 +1,18 @@
-// The scalar reference kernels: the specification of kernel_api.h, the
-// oracle every ISA kernel is tested against, and the fallback on any CPU.
+// The "scalar" kernel variant, the reference: the specification of
+// kernel_api.h, the oracle every ISA kernel is tested against, and the
+// fallback on any CPU.
 // Built with no ISA flags and -ffp-contract=off, so its rounding is exactly
 // "multiply, then add" on every compiler and CPU.
-#include "kernels/kernel_api.h"
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/fp16.h"
+#include "kernels/core/fp16.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/core/kernel_variants.h"
 
 namespace tfce {
-namespace ref {
+namespace scalar {
 namespace {
 
 // One unsigned compare covers both id < 0 and id >= rows.
@@ -23,7 +24,8 @@ inline bool InRange(int64_t id, int64_t rows) {
 // scale (1 for fp16, where the multiply is exact).
 struct Int8Row {
   static float Value(const TableView& t, int64_t row, int64_t d) {
-    return static_cast<float>(static_cast<const int8_t*>(t.data)[row * t.dim + d]);
+    return static_cast<float>(
+        static_cast<const int8_t*>(t.data)[row * t.dim + d]);
   }
   static float Scale(const TableView& t, int64_t row) { return t.scales[row]; }
 };
@@ -39,7 +41,7 @@ struct Fp16Row {
 };
 
 template <typename Row, typename Index>
-bool LookupImpl(const LookupArgs& a) {
+bool LookupIds(const LookupArgs& a) {
   const Index* ids = static_cast<const Index*>(a.ids.data);
   const int64_t dim = a.table.dim;
   for (int64_t i = a.begin; i < a.end; ++i) {
@@ -47,13 +49,14 @@ bool LookupImpl(const LookupArgs& a) {
     if (!InRange(id, a.table.rows)) return false;
     float* out = a.out + i * dim;
     const float scale = Row::Scale(a.table, id);
-    for (int64_t d = 0; d < dim; ++d) out[d] = Row::Value(a.table, id, d) * scale;
+    for (int64_t d = 0; d < dim; ++d)
+      out[d] = Row::Value(a.table, id, d) * scale;
   }
   return true;
 }
 
 template <typename Row, typename Index>
-bool PoolImpl(const PoolArgs& a) {
+bool PoolBags(const PoolArgs& a) {
   const Index* ids = static_cast<const Index*>(a.ids.data);
   const int64_t dim = a.table.dim;
   for (int64_t b = a.bag_begin; b < a.bag_end; ++b) {
@@ -67,7 +70,7 @@ bool PoolImpl(const PoolArgs& a) {
       const float w = a.weights ? a.weights[i] : 1.0f;
       // The weight is folded into the scale: one multiply per value, and
       // where w * scale or a decoded value overflows float32 the pooled
-      // result is the same on every row of kernels (SIMD ones fold too).
+      // result is the same on every kernel variant (SIMD ones fold too).
       const float factor = w * Row::Scale(a.table, id);
       for (int64_t d = 0; d < dim; ++d) {
         out[d] = out[d] + factor * Row::Value(a.table, id, d);
@@ -88,27 +91,28 @@ bool PoolImpl(const PoolArgs& a) {
 }
 
 template <typename Row>
-bool LookupRow(const LookupArgs& a) {
-  return a.ids.is_int64 ? LookupImpl<Row, int64_t>(a)
-                        : LookupImpl<Row, int32_t>(a);
+bool LookupByIndexWidth(const LookupArgs& a) {
+  return a.ids.is_int64 ? LookupIds<Row, int64_t>(a)
+                        : LookupIds<Row, int32_t>(a);
 }
 
 template <typename Row>
-bool PoolRow(const PoolArgs& a) {
-  return a.ids.is_int64 ? PoolImpl<Row, int64_t>(a) : PoolImpl<Row, int32_t>(a);
+bool PoolByIndexWidth(const PoolArgs& a) {
+  return a.ids.is_int64 ? PoolBags<Row, int64_t>(a) : PoolBags<Row, int32_t>(a);
 }
 
 }  // namespace
 
 bool Lookup(const LookupArgs& args) {
-  return args.table.storage == Storage::kInt8 ? LookupRow<Int8Row>(args)
-                                              : LookupRow<Fp16Row>(args);
+  return args.table.storage == Storage::kInt8
+             ? LookupByIndexWidth<Int8Row>(args)
+             : LookupByIndexWidth<Fp16Row>(args);
 }
 
 bool Pool(const PoolArgs& args) {
-  return args.table.storage == Storage::kInt8 ? PoolRow<Int8Row>(args)
-                                              : PoolRow<Fp16Row>(args);
+  return args.table.storage == Storage::kInt8 ? PoolByIndexWidth<Int8Row>(args)
+                                              : PoolByIndexWidth<Fp16Row>(args);
 }
 
-}  // namespace ref
+}  // namespace scalar
 }  // namespace tfce
