@@ -22,8 +22,8 @@ def setup(threads):
 
 
 def tfce_settings():
-    """Settings the tfce numbers depend on (see kernels/dispatch.h,
-    kernels/parallel_run.h and kernels/huge_pages.h); huge pages "off": no
+    """Settings the tfce numbers depend on (see kernels/core/prefetch_policy.h,
+    kernels/tf/parallel_run.h and kernels/tf/huge_pages.h); huge pages "off": no
     table was backed by them."""
     from tf_compressed_embedding import _loader
     meta = {name.lower(): os.environ.get(name, "default")
@@ -99,7 +99,7 @@ def tf_step_fns(tf, tfce, tabs, bags):
             out = tfce.fused_decode_axpy(ct, ids, seg, w, "sum",
                                          num_segments=bags)
             if max_threads:
-                # The ops' internal thread cap (kernels/parallel_run.h).
+                # The ops' internal thread cap (kernels/tf/parallel_run.h).
                 from tf_compressed_embedding.ops import _with_max_threads
                 out = _with_max_threads(out, max_threads)
             return out

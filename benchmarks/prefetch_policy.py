@@ -1,7 +1,7 @@
 """Software prefetch off, 16 rows ahead and PrefetchDistance rows ahead in
 the shipped pooling kernel, per table size, dim and bag length
 (benchmarks/prefetch_policy.cc, no TensorFlow): the measurements behind the
-ops' prefetch policy (PoolPrefetchRows in kernels/dispatch.h: no prefetch
+ops' prefetch policy (PoolPrefetchRows in kernels/core/prefetch_policy.h: no prefetch
 for long bags of short rows of a table that stays in cache, else about 64
 cache lines in flight).
 

@@ -7,7 +7,7 @@
 # The sanitized library is built into build/asan/ (TFCE_SANITIZE=1, see
 # setup.py); the in-place tf_compressed_embedding/_ops.so is not touched.
 # Extra arguments go to pytest, e.g. more test files that use the ops:
-#   tools/sanitize.sh tests/python/test_layers.py
+#   tools/sanitize.sh tests/tf_compressed_embedding/keras/test_layer_pooling.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -16,11 +16,11 @@ unset TFCE_ISA  # the rows are chosen below, one per run
 start=$SECONDS
 
 # Test files that run the ops; the kernels see every row through them.
-# test_layers.py runs them too, through the Keras layer (clean under this
-# build, but +65 s a row): pass it as an argument when there is time.
-TESTS=(tests/python/test_lookup_op.py tests/python/test_fused_decode_axpy_op.py
-       tests/python/test_sparse_api.py tests/python/test_gradients.py
-       tests/python/test_savedmodel.py)
+# The Keras layer tests run them too (clean under this build, but about a
+# minute a row): pass them as arguments when there is time.
+T=tests/tf_compressed_embedding
+TESTS=("$T/test_lookup_op.py" "$T/test_fused_decode_axpy_op.py"
+       "$T/test_sparse_api.py" "$T/test_gradients.py" "$T/test_savedmodel.py")
 
 out=build/asan
 echo "== building the ASan+UBSan op library into $out/ (log: $out/build.log)"

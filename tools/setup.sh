@@ -20,14 +20,14 @@ if ! "$PYTHON" -c "import tensorflow" >/dev/null 2>&1; then
   echo "== installing tensorflow-cpu==$TF_VERSION"
   "$PYTHON" -m pip install -q "tensorflow-cpu==$TF_VERSION"
 fi
-"$PYTHON" -m pip install -q "setuptools>=64" wheel rich pytest
+"$PYTHON" -m pip install -q "setuptools>=64" wheel rich pytest "ruff==0.17.6"
 # Test-only packages that follow TensorFlow's releases take its major.minor.
 TF_MAJOR_MINOR=$("$PYTHON" -c "import tensorflow as tf; print('.'.join(tf.__version__.split('.')[:2]))" 2>/dev/null)
 # Tests only: run the example notebook (nbclient + a Jupyter kernel) and fuzz
 # the ops (atheris).
 "$PYTHON" -m pip install -q nbclient nbformat ipykernel atheris
 # Tests only: the recommender libraries whose models the export tool is
-# tested on (tests/python/test_third_party_models.py). --no-deps: they
+# tested on (tests/export_tools/test_third_party_models.py). --no-deps: they
 # require `tensorflow`/`keras`, which would pull a second TF.
 "$PYTHON" -m pip install -q --no-deps "tf-keras==$TF_MAJOR_MINOR.*" \
   tensorflow-recommenders==0.7.7 deepctr==0.9.4 keras-rs==0.4.0

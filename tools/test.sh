@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: pip build, Bazel build + Bazel tests, the op tests on
+# The whole test suite: lint, pip build, Bazel build + Bazel tests, the op tests on
 # the Bazel-built library and on an ASan+UBSan build (every kernel row), the
 # wheel in a fresh venv, every pytest test on the pip-built library, then the
 # op, layer and export tests built against the oldest supported TensorFlow.
@@ -11,6 +11,9 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 
 bash tools/setup.sh
 
+echo "== lint (ruff, configured in pyproject.toml)"
+"$PYTHON" -m ruff check .
+
 echo "== Bazel: configure, build //..., test //..."
 "$PYTHON" tools/configure_bazel.py
 tools/bazelisk_offline.sh build //...
@@ -18,9 +21,10 @@ tools/bazelisk_offline.sh test //...
 
 echo "== op tests on the Bazel-built library"
 TFCE_OPS_LIBRARY="$PWD/bazel-bin/kernels/_ops.so" "$PYTHON" -m pytest -q \
-  -p no:cacheprovider tests/python/test_lookup_op.py \
-  tests/python/test_fused_decode_axpy_op.py tests/python/test_sparse_api.py \
-  tests/python/test_savedmodel.py
+  -p no:cacheprovider tests/tf_compressed_embedding/test_lookup_op.py \
+  tests/tf_compressed_embedding/test_fused_decode_axpy_op.py \
+  tests/tf_compressed_embedding/test_sparse_api.py \
+  tests/tf_compressed_embedding/test_savedmodel.py
 
 echo "== op tests on an ASan+UBSan build of the library, every kernel row"
 bash tools/sanitize.sh

@@ -62,12 +62,6 @@ print('TensorFlow', tf.__version__, '| Keras', keras.__version__,
 
 echo "== op, layer and export tests on TensorFlow $TF_VERSION"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/python/test_supported_versions.py tests/python/test_loader.py \
-  tests/python/test_quantization.py tests/python/test_lookup_op.py \
-  tests/python/test_fused_decode_axpy_op.py tests/python/test_sparse_api.py \
-  tests/python/test_tf_dropin_fidelity.py tests/python/test_gradients.py \
-  tests/python/test_savedmodel.py \
-  tests/python/test_layer_pooling.py tests/python/test_layer_quantize.py tests/python/test_layer_serialization.py tests/python/test_layer_bad_inputs.py tests/python/test_keras_dropin_fidelity.py \
-  tests/python/test_layer_quantize_routes.py \
-  tests/python/test_export.py tests/python/test_export_io.py \
-  tests/python/test_export_cli.py tests/python/test_export_faults.py "$@"
+  tests/tf_compressed_embedding tests/export_tools/test_export.py \
+  tests/export_tools/test_export_io.py tests/export_tools/test_export_cli.py \
+  tests/export_tools/test_export_faults.py "$@"

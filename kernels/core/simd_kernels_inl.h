@@ -77,7 +77,7 @@ const typename Rows::Elem* RowPtr(const TableView& t, int64_t id) {
 
 // Always inlined, as each ISA's Prefetch: a prefetch has no effect GCC can
 // see, so an out-of-line function holding one is found side-effect free and
-// every call to it is deleted. tests/python/test_isa_isolation.py checks the
+// every call to it is deleted. tests/kernels/test_isa_isolation.py checks the
 // machine code.
 template <class Isa, class Rows>
 TFCE_ALWAYS_INLINE void PrefetchRow(const TableView& t, int64_t id) {

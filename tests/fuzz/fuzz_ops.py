@@ -36,8 +36,8 @@ generator steered by which validity and numeric branches an input reaches.
 Usage (the kernel row is fixed per process by TFCE_ISA, set before import;
 `tf_compressed_embedding.supported_isas()` lists this CPU's rows):
 
-  # bounded CI run, every row: tests/python/test_fuzz.py
-  TFCE_FUZZ_SECONDS=12 pytest -s tests/python/test_fuzz.py
+  # bounded CI run, every row: tests/fuzz/test_fuzz.py
+  TFCE_FUZZ_SECONDS=12 pytest -s tests/fuzz/test_fuzz.py
 
   # longer run on one row, corpus and crash files under /tmp
   mkdir -p /tmp/tfce_fuzz/corpus
@@ -56,7 +56,7 @@ Env: TFCE_FUZZ_STATS=<path> makes the fuzzer write its counters (runs, op
 calls, results and errors checked, elements compared) as JSON every second.
 
 Findings so far, all fixed in the ops, with regression tests in
-tests/python/test_fuzz.py (REPRODUCERS): an output element count beyond int64
+tests/fuzz/test_fuzz.py (REPRODUCERS): an output element count beyond int64
 gave TF's overflow error naming no input; bad ids or segment ids with a huge
 output were found only after allocating it (ResourceExhausted, gigabytes
 touched); the SIMD rows folded the weight into the int8 scale and the

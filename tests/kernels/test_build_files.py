@@ -16,7 +16,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from repo_paths import ROOT
+
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import kernel_objects  # noqa: E402
 
@@ -74,7 +75,7 @@ def bazel_rules():
     assert result.returncode == 0, result.stderr[-4000:]
     rules = {}
     for rule in ET.fromstring(result.stdout).iter("rule"):
-        lists = {l.get("name"): l for l in rule.findall("list")}
+        lists = {lst.get("name"): lst for lst in rule.findall("list")}
         srcs = [e.get("value") for e in lists["srcs"]] if "srcs" in lists else []
         copts = [e.get("value") for e in lists["copts"]] if "copts" in lists else []
         rules[rule.get("name")] = (srcs, copts)
@@ -109,8 +110,8 @@ def code_without_docs(path):
 
 
 def starlark_without_comments(path):
-    return "".join(l for l in open(os.path.join(ROOT, path))
-                   if not l.lstrip().startswith("#"))
+    return "".join(line for line in open(os.path.join(ROOT, path))
+                   if not line.lstrip().startswith("#"))
 
 
 def test_no_global_isa_flags():

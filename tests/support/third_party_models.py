@@ -1,7 +1,7 @@
 """Small SavedModels built with real recommender libraries, for trying the
 export tool on models it was not written against.
 
-    python tests/python/third_party_models.py KIND EXPORT_DIR
+    python tests/support/third_party_models.py KIND EXPORT_DIR
 
 builds model KIND, trains it for a step or two on random data, saves it as a
 SavedModel with a `serving_default` signature at EXPORT_DIR (which must not
@@ -11,7 +11,7 @@ exist yet) and prints one JSON line to stdout:
 
 naming every embedding table the saved model holds, by the name TensorFlow
 gives its variable (without ':0'). Everything else the libraries print goes
-to stderr. `python tests/python/third_party_models.py --list` prints the
+to stderr. `python tests/support/third_party_models.py --list` prints the
 kinds.
 
 The libraries are test-only and not dependencies of the package. They are

@@ -23,8 +23,7 @@ import tensorflow as tf
 
 import tf_compressed_embedding as tfce
 
-FUZZ_DIR = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "fuzz")
+FUZZ_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, FUZZ_DIR)
 import fuzz_ops  # noqa: E402  (needs FUZZ_DIR on the path)
 

@@ -22,8 +22,8 @@ from tensorflow.core.protobuf import saved_model_pb2
 import export_models
 from export_tools import ExportError, compress_saved_model
 from tf_compressed_embedding import quantization
+from repo_paths import SUPPORT
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 EXPORTABLE = [k for k, b in export_models.BUILDERS.items() if not k.startswith("refuse_")]
 VARIANTS = [(d, o) for d in ("int8", "fp16") for o in ("fused", "stock")]
 FUSED_OPS = {"CompressedEmbeddingLookup", "FusedDecodeAxpy"}
@@ -70,7 +70,7 @@ def run_models(workdir, tag, models, feeds, load_ops):
                                    for k, v in f.items()} for s, f in feeds.items()}})
     job_file = os.path.join(workdir, f"{tag}.json")
     json.dump(jobs, open(job_file, "w"))
-    command = [sys.executable, os.path.join(HERE, "saved_model_runner.py"), job_file]
+    command = [sys.executable, os.path.join(SUPPORT, "saved_model_runner.py"), job_file]
     done = subprocess.run(command + (["--load-ops"] if load_ops else []),
                           capture_output=True, text=True, check=True)
     assert f"tf_compressed_embedding imported: {load_ops}" in done.stdout

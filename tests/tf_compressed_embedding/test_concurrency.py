@@ -14,8 +14,8 @@ import reference
 import tf_compressed_embedding as tfce
 from test_savedmodel import Recommender
 from tf_compressed_embedding.ops import _with_max_threads
+from repo_paths import SUPPORT
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 THREADS = 8 * (os.cpu_count() or 2)
 CALLS_PER_THREAD = 200
 
@@ -40,7 +40,7 @@ def test_threads_give_single_threaded_results(saved_model, isa, split):
     if split == "always":
         env["TFCE_MIN_PARALLEL_COST"] = "0"
     result = subprocess.run(
-        [sys.executable, os.path.join(HERE, "concurrency_worker.py"), saved_model,
+        [sys.executable, os.path.join(SUPPORT, "concurrency_worker.py"), saved_model,
          str(THREADS), str(CALLS_PER_THREAD)],
         capture_output=True, text=True, timeout=900, env=env, check=False)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -19,8 +19,8 @@ from tensorflow_serving.apis import prediction_log_pb2
 
 from export_tools import compress_saved_model
 from tf_compressed_embedding import _loader
+from repo_paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WARMUP = os.path.join("assets.extra", "tf_serving_warmup_requests")
 ROWS, DIM = 40, 8
 

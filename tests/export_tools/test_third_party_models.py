@@ -5,7 +5,7 @@ by the tool against the source in fresh processes. EXPECTED is the README's
 compatibility table: which tables convert, and how many lookups end up
 fused-pooled (FusedDecodeAxpy) or row lookups.
 
-Each model is built by tests/python/third_party_models.py in a process of
+Each model is built by tests/support/third_party_models.py in a process of
 its own (Keras 2 libraries need TF_USE_LEGACY_KERAS before TF is imported).
 The libraries are test-only (tools/setup.sh installs them with --no-deps).
 """
@@ -17,8 +17,8 @@ import sys
 import pytest
 
 from export_tools import ExportError, compress_saved_model
+from repo_paths import SUPPORT
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 # kind -> {table: (row lookups, pooled lookups)} of the int8 fused export
 # with default options (tables of 1000+ rows); dim-1 tables (DeepCTR's
@@ -55,7 +55,7 @@ REFUSED = {"keras3_string_lookup": ("is also read by Transpose", "item_table",
 
 def build(kind, path):
     done = subprocess.run(
-        [sys.executable, os.path.join(HERE, "third_party_models.py"), kind, path],
+        [sys.executable, os.path.join(SUPPORT, "third_party_models.py"), kind, path],
         capture_output=True, text=True, timeout=900, check=False)
     if done.returncode != 0 and "No module named" in done.stderr:
         pytest.fail(f"{kind}: a test-only library is missing (tools/setup.sh "

@@ -8,9 +8,10 @@ import sys
 import pytest
 
 import tf_compressed_embedding as tfce
+from repo_paths import ROOT
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OP_TEST_FILES = ["test_lookup_op.py", "test_fused_decode_axpy_op.py"]
+OP_TEST_FILES = ["tests/tf_compressed_embedding/test_lookup_op.py",
+                 "tests/tf_compressed_embedding/test_fused_decode_axpy_op.py"]
 
 
 def run_python(code, **env):
@@ -41,7 +42,7 @@ def test_unknown_isa_is_a_clear_error():
         "    print('OP:', e.message)\n", TFCE_ISA="avx9000")
     assert result.returncode == 0, result.stderr
     for prefix in ("ACTIVE:", "OP:"):
-        line = [l for l in result.stdout.splitlines() if l.startswith(prefix)]
+        line = [out for out in result.stdout.splitlines() if out.startswith(prefix)]
         assert line, result.stdout
         assert "TFCE_ISA=avx9000 is not a kernel row of this library; valid " \
                "values: " in line[0]
@@ -59,7 +60,7 @@ QUERY_ROWS = (
 
 
 def _line(stdout, prefix):
-    lines = [l for l in stdout.splitlines() if l.startswith(prefix)]
+    lines = [out for out in stdout.splitlines() if out.startswith(prefix)]
     assert lines, stdout
     return lines[0][len(prefix):].strip()
 
@@ -102,7 +103,7 @@ def test_op_suite_on_every_row(isa):
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          *OP_TEST_FILES],
-        cwd=HERE, capture_output=True, text=True, timeout=1200,
+        cwd=ROOT, capture_output=True, text=True, timeout=1200,
         env={**os.environ, "TFCE_ISA": isa}, check=False)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
     check = run_python("import tf_compressed_embedding as t; "

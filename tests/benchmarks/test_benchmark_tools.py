@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import numpy as np
+from repo_paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_gather_limit_quick():

@@ -9,8 +9,8 @@ import tomllib
 import pytest
 
 from tf_compressed_embedding import supported_versions as sv
+from repo_paths import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OLDEST = "%d.%d" % sv.TF_OLDEST
 NEWEST = "%d.%d" % sv.TF_NEWEST
 

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from repo_paths import ROOT
+
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import kernel_objects  # noqa: E402
 

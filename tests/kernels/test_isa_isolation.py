@@ -18,7 +18,8 @@ import pytest
 
 from tf_compressed_embedding import _loader
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from repo_paths import ROOT
+
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import kernel_objects  # noqa: E402
 

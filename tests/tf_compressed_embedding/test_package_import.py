@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+from repo_paths import ROOT as REPO
 
 REGISTERED = (
     "import sys\n"
