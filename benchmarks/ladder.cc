@@ -63,18 +63,24 @@ float DecodeScalar(const Workload& w, Storage s, int64_t id, int64_t d) {
                              : tfce::HalfBitsToFloat(w.half[id * w.dim + d]);
 }
 
-// Step 0: decode to a buffer, then pool, all scalar.
-void Naive(const Workload& w, Storage s, const int64_t* ids, float* out) {
-  std::vector<float> buf(w.dim);
+// Runs pool_id(o, i) for every id position i of every bag, o the bag's
+// output row, zeroed first: the bag loop all the steps share.
+template <typename PoolId>
+inline void ForEachBag(const Workload& w, float* out, PoolId&& pool_id) {
   for (int64_t b = 0; b < w.bags; ++b) {
     float* o = out + b * w.dim;
     std::fill(o, o + w.dim, 0.0f);
-    for (int64_t i = w.offsets[b]; i < w.offsets[b + 1]; ++i) {
-      for (int64_t d = 0; d < w.dim; ++d)
-        buf[d] = DecodeScalar(w, s, ids[i], d);
-      for (int64_t d = 0; d < w.dim; ++d) o[d] += w.weights[i] * buf[d];
-    }
+    for (int64_t i = w.offsets[b]; i < w.offsets[b + 1]; ++i) pool_id(o, i);
   }
+}
+
+// Step 0: decode to a buffer, then pool, all scalar.
+void Naive(const Workload& w, Storage s, const int64_t* ids, float* out) {
+  std::vector<float> buf(w.dim);
+  ForEachBag(w, out, [&](float* o, int64_t i) {
+    for (int64_t d = 0; d < w.dim; ++d) buf[d] = DecodeScalar(w, s, ids[i], d);
+    for (int64_t d = 0; d < w.dim; ++d) o[d] += w.weights[i] * buf[d];
+  });
 }
 
 // Decodes 8 elements with lanes built one by one (what a first SIMD port
@@ -129,36 +135,32 @@ void DecodeThenPool(const Workload& w, Storage s, const int64_t* ids,
                     float* out) {
   std::vector<float> buf(w.dim + 8);
   const int64_t full = w.dim / 8 * 8;
-  for (int64_t b = 0; b < w.bags; ++b) {
-    float* o = out + b * w.dim;
-    std::fill(o, o + w.dim, 0.0f);
-    for (int64_t i = w.offsets[b]; i < w.offsets[b + 1]; ++i) {
-      const int64_t id = ids[i];
-      int64_t d = 0;
-      for (; d < full; d += 8) {
-        _mm256_storeu_ps(&buf[d], kContiguous ? DecodeContiguous8(w, s, id, d)
-                                              : DecodeLanes8(w, s, id, d));
-      }
-      if (kRem4 && d + 4 <= w.dim) {
-        _mm_storeu_ps(&buf[d], DecodeLanes4(w, s, id, d, kContiguous));
-        d += 4;
-      }
-      for (; d < w.dim; ++d) buf[d] = DecodeScalar(w, s, id, d);
-      const __m256 wv = _mm256_set1_ps(w.weights[i]);
-      d = 0;
-      for (; d < full; d += 8) {
-        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(_mm256_loadu_ps(&buf[d]), wv,
-                                                _mm256_loadu_ps(o + d)));
-      }
-      if (kRem4 && d + 4 <= w.dim) {
-        _mm_storeu_ps(o + d, _mm_fmadd_ps(_mm_loadu_ps(&buf[d]),
-                                          _mm_set1_ps(w.weights[i]),
-                                          _mm_loadu_ps(o + d)));
-        d += 4;
-      }
-      for (; d < w.dim; ++d) o[d] += w.weights[i] * buf[d];
+  ForEachBag(w, out, [&](float* o, int64_t i) {
+    const int64_t id = ids[i];
+    int64_t d = 0;
+    for (; d < full; d += 8) {
+      _mm256_storeu_ps(&buf[d], kContiguous ? DecodeContiguous8(w, s, id, d)
+                                            : DecodeLanes8(w, s, id, d));
     }
-  }
+    if (kRem4 && d + 4 <= w.dim) {
+      _mm_storeu_ps(&buf[d], DecodeLanes4(w, s, id, d, kContiguous));
+      d += 4;
+    }
+    for (; d < w.dim; ++d) buf[d] = DecodeScalar(w, s, id, d);
+    const __m256 wv = _mm256_set1_ps(w.weights[i]);
+    d = 0;
+    for (; d < full; d += 8) {
+      _mm256_storeu_ps(o + d, _mm256_fmadd_ps(_mm256_loadu_ps(&buf[d]), wv,
+                                              _mm256_loadu_ps(o + d)));
+    }
+    if (kRem4 && d + 4 <= w.dim) {
+      _mm_storeu_ps(
+          o + d, _mm_fmadd_ps(_mm_loadu_ps(&buf[d]), _mm_set1_ps(w.weights[i]),
+                              _mm_loadu_ps(o + d)));
+      d += 4;
+    }
+    for (; d < w.dim; ++d) o[d] += w.weights[i] * buf[d];
+  });
 }
 
 // Step 4: decode fused into the FMA, per-row loop over the dimension, the
@@ -166,48 +168,43 @@ void DecodeThenPool(const Workload& w, Storage s, const int64_t* ids,
 void FusedRuntimeDim(const Workload& w, Storage s, const int64_t* ids,
                      float* out) {
   const int64_t full = w.dim / 8 * 8;
-  for (int64_t b = 0; b < w.bags; ++b) {
-    float* o = out + b * w.dim;
-    std::fill(o, o + w.dim, 0.0f);
-    for (int64_t i = w.offsets[b]; i < w.offsets[b + 1]; ++i) {
-      const int64_t id = ids[i];
-      const float f =
-          w.weights[i] * (s == Storage::kInt8 ? w.scales[id] : 1.0f);
-      int64_t d = 0;
-      for (; d < full; d += 8) {
-        __m256 v;
-        if (s == Storage::kInt8) {
-          const __m128i q = _mm_loadl_epi64(
-              reinterpret_cast<const __m128i*>(&w.q[id * w.dim + d]));
-          v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-        } else {
-          v = _mm256_cvtph_ps(_mm_loadu_si128(
-              reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
-        }
-        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(v, _mm256_set1_ps(f),
-                                                _mm256_loadu_ps(o + d)));
+  ForEachBag(w, out, [&](float* o, int64_t i) {
+    const int64_t id = ids[i];
+    const float f = w.weights[i] * (s == Storage::kInt8 ? w.scales[id] : 1.0f);
+    int64_t d = 0;
+    for (; d < full; d += 8) {
+      __m256 v;
+      if (s == Storage::kInt8) {
+        const __m128i q = _mm_loadl_epi64(
+            reinterpret_cast<const __m128i*>(&w.q[id * w.dim + d]));
+        v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+      } else {
+        v = _mm256_cvtph_ps(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
       }
-      if (d + 4 <= w.dim) {
-        __m128 v;
-        if (s == Storage::kInt8) {
-          int32_t four;
-          std::memcpy(&four, &w.q[id * w.dim + d], 4);
-          v = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(four)));
-        } else {
-          v = _mm_cvtph_ps(_mm_loadl_epi64(
-              reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
-        }
-        _mm_storeu_ps(o + d,
-                      _mm_fmadd_ps(v, _mm_set1_ps(f), _mm_loadu_ps(o + d)));
-        d += 4;
-      }
-      for (; d < w.dim; ++d) {
-        o[d] += f * (s == Storage::kInt8
-                         ? w.q[id * w.dim + d]
-                         : tfce::HalfBitsToFloat(w.half[id * w.dim + d]));
-      }
+      _mm256_storeu_ps(
+          o + d, _mm256_fmadd_ps(v, _mm256_set1_ps(f), _mm256_loadu_ps(o + d)));
     }
-  }
+    if (d + 4 <= w.dim) {
+      __m128 v;
+      if (s == Storage::kInt8) {
+        int32_t four;
+        std::memcpy(&four, &w.q[id * w.dim + d], 4);
+        v = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(four)));
+      } else {
+        v = _mm_cvtph_ps(_mm_loadl_epi64(
+            reinterpret_cast<const __m128i*>(&w.half[id * w.dim + d])));
+      }
+      _mm_storeu_ps(o + d,
+                    _mm_fmadd_ps(v, _mm_set1_ps(f), _mm_loadu_ps(o + d)));
+      d += 4;
+    }
+    for (; d < w.dim; ++d) {
+      o[d] += f * (s == Storage::kInt8
+                       ? w.q[id * w.dim + d]
+                       : tfce::HalfBitsToFloat(w.half[id * w.dim + d]));
+    }
+  });
 }
 
 // The FP32 baseline, written as well as step 4 (AVX2 FMA, 8 + 4 + rest),
@@ -216,34 +213,30 @@ void Fp32Pool(const Workload& w, const int64_t* ids, float* out,
               int64_t prefetch_rows) {
   const int64_t full = w.dim / 8 * 8;
   const int64_t n = w.offsets[w.bags];
-  for (int64_t b = 0; b < w.bags; ++b) {
-    float* o = out + b * w.dim;
-    std::fill(o, o + w.dim, 0.0f);
-    for (int64_t i = w.offsets[b]; i < w.offsets[b + 1]; ++i) {
-      if (prefetch_rows > 0 && i + prefetch_rows < n) {
-        const char* ahead = reinterpret_cast<const char*>(
-            &w.fp32[ids[i + prefetch_rows] * w.dim]);
-        for (int64_t off = 0; off < w.dim * 4; off += 64) {
-          _mm_prefetch(ahead + off, _MM_HINT_T0);
-        }
-        _mm_prefetch(ahead + w.dim * 4 - 1, _MM_HINT_T0);
+  ForEachBag(w, out, [&](float* o, int64_t i) {
+    if (prefetch_rows > 0 && i + prefetch_rows < n) {
+      const char* ahead = reinterpret_cast<const char*>(
+          &w.fp32[ids[i + prefetch_rows] * w.dim]);
+      for (int64_t off = 0; off < w.dim * 4; off += 64) {
+        _mm_prefetch(ahead + off, _MM_HINT_T0);
       }
-      const float* row = &w.fp32[ids[i] * w.dim];
-      const __m256 wv = _mm256_set1_ps(w.weights[i]);
-      int64_t d = 0;
-      for (; d < full; d += 8) {
-        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(_mm256_loadu_ps(row + d), wv,
-                                                _mm256_loadu_ps(o + d)));
-      }
-      if (d + 4 <= w.dim) {
-        _mm_storeu_ps(o + d, _mm_fmadd_ps(_mm_loadu_ps(row + d),
-                                          _mm_set1_ps(w.weights[i]),
-                                          _mm_loadu_ps(o + d)));
-        d += 4;
-      }
-      for (; d < w.dim; ++d) o[d] += w.weights[i] * row[d];
+      _mm_prefetch(ahead + w.dim * 4 - 1, _MM_HINT_T0);
     }
-  }
+    const float* row = &w.fp32[ids[i] * w.dim];
+    const __m256 wv = _mm256_set1_ps(w.weights[i]);
+    int64_t d = 0;
+    for (; d < full; d += 8) {
+      _mm256_storeu_ps(o + d, _mm256_fmadd_ps(_mm256_loadu_ps(row + d), wv,
+                                              _mm256_loadu_ps(o + d)));
+    }
+    if (d + 4 <= w.dim) {
+      _mm_storeu_ps(
+          o + d, _mm_fmadd_ps(_mm_loadu_ps(row + d), _mm_set1_ps(w.weights[i]),
+                              _mm_loadu_ps(o + d)));
+      d += 4;
+    }
+    for (; d < w.dim; ++d) o[d] += w.weights[i] * row[d];
+  });
 }
 
 // ---------------------------------------------------------- steps 5-6

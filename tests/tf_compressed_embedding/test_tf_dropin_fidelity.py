@@ -24,6 +24,17 @@ def table():
     return ct, tf.constant(ct.dequantize())
 
 
+def same_as_tf(table, ours, theirs, *args, **kwargs):
+    """Calls our drop-in on the compressed table and TF's op on its decoded
+    values with the same arguments; asserts they agree. Returns ours."""
+    ct, decoded = table
+    got = ours(ct, *args, **kwargs)
+    want = theirs(decoded, *args, **kwargs)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, **TOL)
+    return got
+
+
 def ids_and_weights_2d(ragged):
     # The rows TF's safe-lookup tests use: several valid ids and one invalid
     # (weighted mean), only invalid ids, no ids, a single id, only weights
@@ -55,30 +66,22 @@ def ids_and_weights_3d():
                            [None, 3])))
 def test_safe_lookup_2d(table, ragged, allow_fast_lookup, weighted,
                         default_id):
-    ct, decoded = table
     ids, weights = ids_and_weights_2d(ragged)
     weights = weights if weighted else None
-    ours = tfce.safe_embedding_lookup_sparse(
-        ct, ids, weights, default_id=default_id,
-        allow_fast_lookup=allow_fast_lookup)
-    theirs = tf.nn.safe_embedding_lookup_sparse(
-        decoded, ids, weights, default_id=default_id,
-        allow_fast_lookup=allow_fast_lookup)
-    np.testing.assert_allclose(ours, theirs, **TOL)
+    same_as_tf(table, tfce.safe_embedding_lookup_sparse,
+               tf.nn.safe_embedding_lookup_sparse, ids, weights,
+               default_id=default_id, allow_fast_lookup=allow_fast_lookup)
 
 
 @pytest.mark.parametrize("weighted,default_id",
                          list(itertools.product([False, True], [None, 3])))
 def test_safe_lookup_3d(table, weighted, default_id):
-    ct, decoded = table
     ids, weights = ids_and_weights_3d()
     weights = weights if weighted else None
-    ours = tfce.safe_embedding_lookup_sparse(ct, ids, weights,
-                                             default_id=default_id)
-    theirs = tf.nn.safe_embedding_lookup_sparse(decoded, ids, weights,
-                                                default_id=default_id)
-    assert ours.shape == theirs.shape == (2, 3, DIM)
-    np.testing.assert_allclose(ours, theirs, **TOL)
+    ours = same_as_tf(table, tfce.safe_embedding_lookup_sparse,
+                      tf.nn.safe_embedding_lookup_sparse, ids, weights,
+                      default_id=default_id)
+    assert ours.shape == (2, 3, DIM)
 
 
 @pytest.mark.parametrize("weighted,default_id,combiner",
@@ -86,19 +89,15 @@ def test_safe_lookup_3d(table, weighted, default_id):
                                                 ["sum", "mean", "sqrtn"])))
 def test_safe_lookup_takes_entries_in_any_order(table, weighted, default_id,
                                                 combiner):
-    ct, decoded = table
     ids, weights = ids_and_weights_2d(ragged=False)
     order = np.random.default_rng(3).permutation(len(ids.values))
     shuffle = lambda sp: tf.SparseTensor(  # noqa: E731
         tf.gather(sp.indices, order), tf.gather(sp.values, order),
         sp.dense_shape)
     ids, weights = shuffle(ids), shuffle(weights) if weighted else None
-    ours = tfce.safe_embedding_lookup_sparse(ct, ids, weights, combiner,
-                                             default_id=default_id)
-    theirs = tf.nn.safe_embedding_lookup_sparse(decoded, ids, weights,
-                                                combiner,
-                                                default_id=default_id)
-    np.testing.assert_allclose(ours, theirs, **TOL)
+    same_as_tf(table, tfce.safe_embedding_lookup_sparse,
+               tf.nn.safe_embedding_lookup_sparse, ids, weights, combiner,
+               default_id=default_id)
 
 
 @pytest.mark.parametrize("ragged", [False, True])
@@ -126,8 +125,6 @@ def test_incompatible_weight_shapes_fail_when_the_graph_is_built(table,
 @pytest.mark.parametrize("ragged", [False, True])
 @pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
 def test_lookup_sparse_allow_fast_lookup(table, ragged, combiner):
-    ct, decoded = table
-    ids, weights = ids_and_weights_2d(ragged)
     # Only valid ids: embedding_lookup_sparse does not prune.
     keep = lambda sp: tf.sparse.retain(sp, ids_sp.values >= 0)  # noqa: E731
     ids_sp, weights_sp = ids_and_weights_2d(False)
@@ -136,23 +133,18 @@ def test_lookup_sparse_allow_fast_lookup(table, ragged, combiner):
         ids_sp = tf.RaggedTensor.from_sparse(ids_sp)
         weights_sp = tf.RaggedTensor.from_sparse(weights_sp)
     for fast in (False, True):
-        ours = tfce.embedding_lookup_sparse(ct, ids_sp, weights_sp, combiner,
-                                            allow_fast_lookup=fast)
-        theirs = tf.nn.embedding_lookup_sparse(decoded, ids_sp, weights_sp,
-                                               combiner,
-                                               allow_fast_lookup=fast)
-        np.testing.assert_allclose(ours, theirs, **TOL)
+        same_as_tf(table, tfce.embedding_lookup_sparse,
+                   tf.nn.embedding_lookup_sparse, ids_sp, weights_sp,
+                   combiner, allow_fast_lookup=fast)
 
 
 @pytest.mark.parametrize("shape", [(), (3,), (2, 3), (2, 1, 3)])
 @pytest.mark.parametrize("max_norm", [None, 0.5, 100.0])
 def test_lookup_ids_of_any_rank_and_max_norm(table, shape, max_norm):
-    ct, decoded = table
     ids = np.random.default_rng(1).integers(0, VOCAB, size=shape)
-    ours = tfce.compressed_embedding_lookup(ct, ids, max_norm=max_norm)
-    theirs = tf.nn.embedding_lookup(decoded, ids, max_norm=max_norm)
-    assert ours.shape == theirs.shape == shape + (DIM,)
-    np.testing.assert_allclose(ours, theirs, **TOL)
+    ours = same_as_tf(table, tfce.compressed_embedding_lookup,
+                      tf.nn.embedding_lookup, ids, max_norm=max_norm)
+    assert ours.shape == shape + (DIM,)
     if max_norm == 0.5:  # the clip really happened
         norms = np.linalg.norm(tf.reshape(ours, [-1, DIM]), axis=1)
         assert norms.max() <= 0.5 + 1e-6
