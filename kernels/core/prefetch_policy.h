@@ -14,7 +14,7 @@ namespace tfce {
 // The lookup's distance: TFCE_PREFETCH_ROWS if set (0 disables; read once
 // per process), else kDefaultPrefetchRows. One distance for every table:
 // turning it off gained the lookup nothing (measured by benchmarks/op_bench.py
-// with TFCE_PREFETCH_ROWS=0; history in docs/performance.md).
+// with TFCE_PREFETCH_ROWS=0; history in CHANGELOG.md).
 constexpr int64_t kDefaultPrefetchRows = 16;
 int64_t PrefetchRows();
 

@@ -17,7 +17,7 @@
 //   void Prefetch(const void*)
 //
 // Techniques (benchmarks/ladder.py measures what each one buys, step by
-// step; history in docs/performance.md):
+// step; history in CHANGELOG.md):
 //  - contiguous loads of the stored row, widened in registers;
 //  - decode fused with the weighted accumulation (one FMA per vector: the
 //    row's scale is folded into the weight), accumulators in registers for
@@ -329,7 +329,7 @@ bool PoolEachBag(const PoolArgs& args) {
   // A local copy, so its fields stay in registers: a vector store may alias
   // anything, and fields read through `args` would be reloaded after every
   // one. Making a fixed dim a constant here too measured slower on long bags
-  // (benchmarks/op_bench.py; docs/performance.md), so it is not done.
+  // (benchmarks/op_bench.py; CHANGELOG.md), so it is not done.
   const PoolArgs a = args;
   const Index* ids = static_cast<const Index*>(a.ids.data);
   const int64_t prefetch_end = a.bag_offsets[a.bag_end];
