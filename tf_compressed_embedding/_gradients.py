@@ -1,16 +1,22 @@
-"""Gradient registrations.
+"""Gradient registrations, made by the loader once the library is loaded.
 
 FusedDecodeAxpy is differentiable with respect to ``weights`` only;
 compressed tables are not trainable, so the table inputs get no gradient.
 """
 import tensorflow as tf
 
-from tf_compressed_embedding import _loader
-
-tf.no_gradient("CompressedEmbeddingLookup")
+_ops_module = None  # the loaded op library, for the lookup the gradient runs
 
 
-@tf.RegisterGradient("FusedDecodeAxpy")
+def register(ops_module):
+    """Registers the ops' gradients (once per process)."""
+    global _ops_module
+    if _ops_module is None:
+        _ops_module = ops_module
+        tf.no_gradient("CompressedEmbeddingLookup")
+        tf.RegisterGradient("FusedDecodeAxpy")(_fused_decode_axpy_grad)
+
+
 def _fused_decode_axpy_grad(op, grad):
     """d out[s] / d w_i for the three combiners (x_i = decoded row i).
 
@@ -24,7 +30,7 @@ def _fused_decode_axpy_grad(op, grad):
 
     def weights_grad():
         combiner = op.get_attr("combiner").decode()
-        rows = _loader.ops().compressed_embedding_lookup(
+        rows = _ops_module.compressed_embedding_lookup(
             table=table, scales=scales, ids=ids)
         g = tf.gather(grad, segment_ids)
         if combiner == "sum":

@@ -25,7 +25,7 @@ import threading
 
 import tensorflow as tf
 
-from tf_compressed_embedding import supported_versions
+from tf_compressed_embedding import _gradients, supported_versions
 
 LIBRARY_ENV = "TFCE_OPS_LIBRARY"
 _REBUILD_HINT = ("rebuild it against the installed TensorFlow with "
@@ -96,8 +96,7 @@ def ops():
         with _lock:
             if _ops_module is None:
                 module = _load()
-                # The gradient of FusedDecodeAxpy (w.r.t. its weights).
-                from tf_compressed_embedding import _gradients  # noqa: F401
+                _gradients.register(module)
                 _ops_module = module
     return _ops_module
 

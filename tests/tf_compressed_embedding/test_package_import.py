@@ -96,3 +96,51 @@ def test_version_has_one_home():
         pyproject = f.read()
     assert "tf_compressed_embedding.version.__version__" in pyproject
     assert "\nversion =" not in pyproject.split("[project]")[1].split("\n[")[0]
+
+
+def _imports_between_modules(package):
+    """{module: {modules of `package` it imports}}, from every import
+    statement (at any depth) of the package's files."""
+    import ast
+
+    graph = {}
+    root = os.path.join(REPO, *package.split("."))
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
+            module = rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+            targets = set()
+            with open(path) as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    targets |= {a.name for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    targets.add(node.module)
+                    targets |= {f"{node.module}.{a.name}" for a in node.names}
+            graph[module] = targets
+    return {m: {t for t in ts if t in graph and t != m} for m, ts in graph.items()}
+
+
+@pytest.mark.parametrize("package", ["tf_compressed_embedding", "export_tools"])
+def test_no_import_circle(package):
+    graph = _imports_between_modules(package)
+    # A package's __init__ re-exporting its submodules is not a circle.
+    graph = {m: {t for t in ts if not m.startswith(t + ".")}
+             for m, ts in graph.items()}
+    state = {}
+
+    def visit(module, path):
+        if state.get(module) == "done":
+            return
+        assert state.get(module) != "open", " -> ".join(path + [module])
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            visit(target, path + [module])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        visit(module, [])

@@ -7,8 +7,8 @@ import keras
 import numpy as np
 
 from tf_compressed_embedding import quantization
-from tf_compressed_embedding.keras.layer import (CompressedEmbedding,
-                                                 float_policy, to_numpy)
+from tf_compressed_embedding.keras._keras_api import float_policy, to_numpy
+from tf_compressed_embedding.keras.layer import CompressedEmbedding
 
 
 def quantize_embeddings(model: keras.Model, mode: str,

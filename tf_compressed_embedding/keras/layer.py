@@ -38,7 +38,11 @@ import tensorflow as tf
 from tf_compressed_embedding import _bags
 from tf_compressed_embedding import ops as tfce_ops
 from tf_compressed_embedding import quantization, supported_versions
+from tf_compressed_embedding.keras import _inputs
 from tf_compressed_embedding.keras._float_pooling import pool
+from tf_compressed_embedding.keras._keras_api import (empty_variable,
+                                                      entry_layer,
+                                                      float_policy, to_numpy)
 
 COMBINERS = _bags.COMBINERS
 _NO_LORA = ("CompressedEmbedding does not support LoRA (lora_rank, "
@@ -342,7 +346,7 @@ class CompressedEmbedding(keras.layers.Layer):
             self._tracker.lock()
         self._quantization_mode = mode
         self._is_quantized = True  # Keras' marker of quantized layers
-        _empty_variable(float_table)
+        empty_variable(float_table)
         for model in list(self._models_run_in):
             model.train_function = None
             model.test_function = None
@@ -462,7 +466,7 @@ class CompressedEmbedding(keras.layers.Layer):
     def _note_model(self):
         """Remembers the model this call runs in, so that quantize() can
         reset the functions that model traced on the float32 table."""
-        model = _entry_layer()
+        model = entry_layer()
         if isinstance(model, keras.Model) and model is not self:
             self._models_run_in.add(model)
 
@@ -473,47 +477,10 @@ class CompressedEmbedding(keras.layers.Layer):
                         self.embeddings_scales.value)
 
     def _valid_ids(self, ids):
-        """Integer ids with negatives in [-V, 0) wrapped as Keras does.
-
-        Ids below -V are left negative so the gather / op error names the id
-        the caller passed.
-        """
-        ids = _integer_ids(ids, self.name)
-        rows = tf.constant(self.input_dim, ids.dtype)
-        return tf.where((ids < 0) & (ids >= -rows), ids + rows, ids)
+        return _inputs.valid_ids(ids, self.input_dim, self.name)
 
     def _bags(self, inputs, weights, mask):
-        """The bags of ``inputs`` (see the class doc), with valid ids."""
-        owner = f"layer {self.name!r}: "
-        if isinstance(inputs, tf.RaggedTensor):
-            self._reject_mask(mask, "a RaggedTensor")
-            bags = _bags.from_ragged(inputs, weights, owner)
-        elif isinstance(inputs, tf.SparseTensor):
-            if inputs.shape.rank is not None and inputs.shape.rank != 2:
-                raise ValueError(
-                    f"{owner}sparse ids must have shape [batch, length], "
-                    f"got rank {inputs.shape.rank}")
-            self._reject_mask(mask, "a SparseTensor")
-            bags = _bags.from_sparse(inputs, weights, owner)
-        else:
-            dense = tf.convert_to_tensor(inputs)
-            if dense.shape.rank != 2:
-                raise ValueError(
-                    f"{owner}(combiner={self.combiner!r}) pools rows of ids: "
-                    f"dense ids must be [batch, length], got shape "
-                    f"{dense.shape}")
-            bags = _bags.from_dense(dense, weights, mask, owner)
-        if self.mask_zero:
-            bags = _bags.without_id(bags)
-        return _bags.Bags(self._valid_ids(bags.ids),
-                          tf.cast(bags.segment_ids, tf.int64), bags.weights,
-                          tf.cast(bags.num_bags, tf.int64))
-
-    def _reject_mask(self, mask, kind):
-        if mask is not None:
-            raise ValueError(
-                f"layer {self.name!r}: `mask` is for dense padded ids; "
-                f"{kind} holds only real ids (leave mask=None)")
+        return _inputs.bags(inputs, weights, mask, self)
 
     def compute_mask(self, inputs, mask=None):
         """``ids != 0`` with ``mask_zero`` and no combiner (as Keras'
@@ -539,30 +506,6 @@ class CompressedEmbedding(keras.layers.Layer):
                                  **({"ragged": True} if ragged else {}))
 
 
-def _entry_layer():
-    """The outermost layer of the Keras call in progress (the model whose
-    ``predict`` / ``fit`` is running), from Keras' call context; None outside
-    one. A private Keras API (see docs/compatibility.md): if it moves, no
-    model is noted, and a stale function fails loudly instead (see
-    quantize)."""
-    try:
-        from keras.src.backend.common import global_state
-    except ImportError:
-        return None
-    context = global_state.get_global_attribute("current_call_ctx")
-    return getattr(context, "entry_layer", None)
-
-
-def _empty_variable(variable):
-    """Assigns ``[0, D]`` to a float32 table variable: its memory is freed
-    whoever still holds the variable, and a gather from it fails."""
-    value = variable.value  # the tf.Variable under the Keras variable
-    tf.raw_ops.AssignVariableOp(
-        resource=value.handle,
-        value=tf.zeros([0, *value.shape[1:]], value.dtype),
-        validate_shape=False)
-
-
 def _check_mode(mode):
     if mode not in QUANTIZATION_MODES:
         raise UnsupportedQuantizationModeError(
@@ -579,39 +522,6 @@ def _value_or_zeros(value):
     if value is None:
         return "zeros"
     return lambda shape, dtype=None: value
-
-
-def _integer_ids(ids, layer_name):
-    """int32/int64 ids; whole-number floats are converted, others refused."""
-    if ids.dtype in (tf.int32, tf.int64):
-        return ids
-    if ids.dtype.is_integer:
-        return tf.cast(ids, tf.int64)
-    if ids.dtype.is_floating:
-        as_int = tf.cast(ids, tf.int64)
-        # NaN, fractions and values beyond int64 all fail the round trip.
-        check = tf.debugging.assert_equal(
-            tf.cast(as_int, ids.dtype), ids,
-            message=f"layer {layer_name!r}: ids must be whole numbers, got "
-                    f"{ids.dtype.name} ids with a fractional part (or NaN)")
-        with tf.control_dependencies([check]):
-            return tf.identity(as_int)
-    raise TypeError(f"layer {layer_name!r}: ids must be integers, got "
-                    f"dtype {ids.dtype.name}")
-
-
-def to_numpy(value):
-    """A numpy copy of a Keras variable or tensor (np.array() of a Keras
-    variable goes through a deprecated numpy path)."""
-    return tf.convert_to_tensor(value).numpy()
-
-
-def float_policy(policy):
-    """The float policy a (possibly Keras-quantized) layer computes in."""
-    if policy.quantization_mode is None:
-        return policy.name
-    # QuantizedDTypePolicy "int8_from_<source>": the source float policy.
-    return policy.get_config()["source_name"]
 
 
 __all__ = ["CompressedEmbedding", "UnsupportedQuantizationModeError"]
