@@ -23,9 +23,11 @@ import os
 import re
 import threading
 
-import tensorflow as tf
-
-from tf_compressed_embedding import _gradients, supported_versions
+# TensorFlow is imported inside the functions, not here: the package loads
+# the library from a hook that runs when TensorFlow's import completes, and
+# that import may be this module's own (a module that imported TensorFlow at
+# its top would still be half-initialized when the hook calls it).
+from tf_compressed_embedding import supported_versions
 
 LIBRARY_ENV = "TFCE_OPS_LIBRARY"
 _REBUILD_HINT = ("rebuild it against the installed TensorFlow with "
@@ -59,6 +61,8 @@ def _major_minor(version):
 
 
 def _load():
+    import tensorflow as tf
+
     refusal = supported_versions.tf_too_old(tf.__version__)
     if refusal:
         raise OpLibraryError(refusal)
@@ -83,7 +87,6 @@ def _load():
             f"{_REBUILD_HINT}") from None
 
 
-@tf.autograph.experimental.do_not_convert
 def ops():
     """The loaded op module (``compressed_embedding_lookup``, ...).
 
@@ -93,9 +96,13 @@ def ops():
     """
     global _ops_module
     if _ops_module is None:
+        # Import TensorFlow before taking the lock: that import may run the
+        # package's hook, which loads the library through this function.
+        import tensorflow  # noqa: F401
         with _lock:
             if _ops_module is None:
                 module = _load()
+                from tf_compressed_embedding import _gradients
                 _gradients.register(module)
                 _ops_module = module
     return _ops_module

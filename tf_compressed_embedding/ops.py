@@ -5,6 +5,10 @@ import tensorflow as tf
 
 from tf_compressed_embedding import _bags, _loader
 
+# The op module, fetched by the wrappers while tf.functions trace them:
+# autograph must not convert the loader's locking.
+_op_library = tf.autograph.experimental.do_not_convert(_loader.ops)
+
 
 def _read(value):
     """Reads a variable without a copy, even in copy-on-read mode.
@@ -82,7 +86,7 @@ def compressed_embedding_lookup(table, ids, max_norm: float | None = None,
             lambda flat: compressed_embedding_lookup(table, flat, max_norm,
                                                      name), ids)
     data, scales = _table_inputs(table)
-    rows = _loader.ops().compressed_embedding_lookup(
+    rows = _op_library().compressed_embedding_lookup(
         table=data, scales=scales, ids=ids, name=name)
     if max_norm is not None:
         rows = tf.clip_by_norm(rows, max_norm, axes=[-1])
@@ -120,7 +124,7 @@ def fused_decode_axpy(table, ids, segment_ids, weights=None, combiner: str = "su
     if num_segments is None:
         num_segments = tf.maximum(
             tf.reduce_max(tf.cast(segment_ids, tf.int64)) + 1, 0)
-    return _loader.ops().fused_decode_axpy(
+    return _op_library().fused_decode_axpy(
         table=data, scales=scales, ids=ids, segment_ids=segment_ids,
         weights=weights, num_segments=num_segments, combiner=combiner,
         name=name)

@@ -57,6 +57,14 @@ def test_cli_help_does_not_import_tensorflow():
     "import tensorflow\nimport tf_compressed_embedding\n",
     "import tf_compressed_embedding\nimport keras\n",
     "import keras\nimport tf_compressed_embedding\n",
+    # The first import of TensorFlow is the package's own, from each of the
+    # modules that import it.
+    "import tf_compressed_embedding as t\nt.supported_isas()\n",
+    "import tf_compressed_embedding as t\nt.OpLibraryError\n",
+    "import tf_compressed_embedding as t\nt.quantize\n",
+    "from tf_compressed_embedding import ops\n",
+    "from tf_compressed_embedding.keras import CompressedEmbedding\n",
+    "from tf_compressed_embedding import layers\n",
 ])
 def test_ops_and_layer_are_registered_in_any_import_order(first):
     assert run(first + REGISTERED).split() == ["ops", "True", "layer", "True"]
