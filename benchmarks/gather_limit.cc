@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
     const tfce::KernelVariant& kernels = bench::SelectedVariantOrExit();
     tfce::PoolArgs args{};
     args.table = tfce::TableView{
-        l.scales ? tfce::Storage::kInt8 : tfce::Storage::kFp16, l.rows,
+        l.scales ? tfce::Storage::kInt8Split : tfce::Storage::kFp16, l.rows,
         reinterpret_cast<const float*>(l.scales), rows, dim};
     args.weights = weights.data();
     args.bag_offsets = offsets.data();

@@ -59,7 +59,7 @@ struct Workload {
 // ---------------------------------------------------------- steps 0-4
 
 float DecodeScalar(const Workload& w, Storage s, int64_t id, int64_t d) {
-  return s == Storage::kInt8 ? w.q[id * w.dim + d] * w.scales[id]
+  return s == Storage::kInt8Split ? w.q[id * w.dim + d] * w.scales[id]
                              : tfce::HalfBitsToFloat(w.half[id * w.dim + d]);
 }
 
@@ -86,7 +86,7 @@ void Naive(const Workload& w, Storage s, const int64_t* ids, float* out) {
 // Decodes 8 elements with lanes built one by one (what a first SIMD port
 // of a scalar loop does).
 __m256 DecodeLanes8(const Workload& w, Storage s, int64_t id, int64_t d) {
-  if (s == Storage::kInt8) {
+  if (s == Storage::kInt8Split) {
     const int8_t* p = &w.q[id * w.dim + d];
     const __m256 v =
         _mm256_setr_ps(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
@@ -99,7 +99,7 @@ __m256 DecodeLanes8(const Workload& w, Storage s, int64_t id, int64_t d) {
 
 __m128 DecodeLanes4(const Workload& w, Storage s, int64_t id, int64_t d,
                     bool contiguous) {
-  if (s == Storage::kInt8) {
+  if (s == Storage::kInt8Split) {
     const int8_t* p = &w.q[id * w.dim + d];
     __m128 v;
     if (contiguous) {
@@ -119,7 +119,7 @@ __m128 DecodeLanes4(const Workload& w, Storage s, int64_t id, int64_t d,
 }
 
 __m256 DecodeContiguous8(const Workload& w, Storage s, int64_t id, int64_t d) {
-  if (s == Storage::kInt8) {
+  if (s == Storage::kInt8Split) {
     const __m128i q =
         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&w.q[id * w.dim + d]));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
@@ -170,11 +170,11 @@ void FusedRuntimeDim(const Workload& w, Storage s, const int64_t* ids,
   const int64_t full = w.dim / 8 * 8;
   ForEachBag(w, out, [&](float* o, int64_t i) {
     const int64_t id = ids[i];
-    const float f = w.weights[i] * (s == Storage::kInt8 ? w.scales[id] : 1.0f);
+    const float f = w.weights[i] * (s == Storage::kInt8Split ? w.scales[id] : 1.0f);
     int64_t d = 0;
     for (; d < full; d += 8) {
       __m256 v;
-      if (s == Storage::kInt8) {
+      if (s == Storage::kInt8Split) {
         const __m128i q = _mm_loadl_epi64(
             reinterpret_cast<const __m128i*>(&w.q[id * w.dim + d]));
         v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
@@ -187,7 +187,7 @@ void FusedRuntimeDim(const Workload& w, Storage s, const int64_t* ids,
     }
     if (d + 4 <= w.dim) {
       __m128 v;
-      if (s == Storage::kInt8) {
+      if (s == Storage::kInt8Split) {
         int32_t four;
         std::memcpy(&four, &w.q[id * w.dim + d], 4);
         v = _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(four)));
@@ -200,7 +200,7 @@ void FusedRuntimeDim(const Workload& w, Storage s, const int64_t* ids,
       d += 4;
     }
     for (; d < w.dim; ++d) {
-      o[d] += f * (s == Storage::kInt8
+      o[d] += f * (s == Storage::kInt8Split
                        ? w.q[id * w.dim + d]
                        : tfce::HalfBitsToFloat(w.half[id * w.dim + d]));
     }
@@ -257,9 +257,9 @@ void Shipped(const Workload& w, Storage s, const int64_t* ids, float* out,
   tfce::PoolArgs a;
   a.table = tfce::TableView{
       s,
-      s == Storage::kInt8 ? static_cast<const void*>(w.q.data())
+      s == Storage::kInt8Split ? static_cast<const void*>(w.q.data())
                           : static_cast<const void*>(w.half.data()),
-      s == Storage::kInt8 ? w.scales.data() : nullptr, w.rows, w.dim};
+      s == Storage::kInt8Split ? w.scales.data() : nullptr, w.rows, w.dim};
   a.ids = tfce::IdsView{ids, true};
   a.weights = w.weights.data();
   a.bag_offsets = w.offsets.data();
@@ -369,8 +369,8 @@ int main(int argc, char** argv) {
       {"6 +pref",
        [&](Storage s, const int64_t* ids, float* o) {
          Shipped(w, s, ids, o,
-                 tfce::PrefetchDistance(s == Storage::kInt8 ? w.dim : 2 * w.dim,
-                                        s == Storage::kInt8));
+                 tfce::PrefetchDistance(s == Storage::kInt8Split ? w.dim : 2 * w.dim,
+                                        s == Storage::kInt8Split));
        }},
   };
   std::printf("rows,dim,per_bag,format,step,ns_per_row\n");
@@ -380,7 +380,7 @@ int main(int argc, char** argv) {
       distances.push_back(std::strtoll(p, &p, 10));
       if (*p == ',') ++p;
     }
-    for (Storage s : {Storage::kInt8, Storage::kFp16}) {
+    for (Storage s : {Storage::kInt8Split, Storage::kFp16}) {
       for (int64_t dist : distances) {
         const double ns = MedianNsPerRow(
             w,
@@ -388,7 +388,7 @@ int main(int argc, char** argv) {
             repeats);
         std::printf("%lld,%lld,%lld,%s,prefetch=%lld,%.3f\n", (long long)w.rows,
                     (long long)w.dim, (long long)w.per_bag,
-                    s == Storage::kInt8 ? "int8" : "fp16", (long long)dist, ns);
+                    s == Storage::kInt8Split ? "int8" : "fp16", (long long)dist, ns);
         std::fflush(stdout);
       }
     }
@@ -403,14 +403,14 @@ int main(int argc, char** argv) {
                 (long long)w.dim, (long long)w.per_bag,
                 prefetch ? "fp32+pref" : "fp32", fp32);
   }
-  for (Storage s : {Storage::kInt8, Storage::kFp16}) {
+  for (Storage s : {Storage::kInt8Split, Storage::kFp16}) {
     for (const Step& step : steps) {
       const double ns = MedianNsPerRow(
           w, [&](const int64_t* ids, float* o) { step.fn(s, ids, o); },
           repeats);
       std::printf("%lld,%lld,%lld,%s,%s,%.3f\n", (long long)w.rows,
                   (long long)w.dim, (long long)w.per_bag,
-                  s == Storage::kInt8 ? "int8" : "fp16", step.name.c_str(), ns);
+                  s == Storage::kInt8Split ? "int8" : "fp16", step.name.c_str(), ns);
       std::fflush(stdout);
     }
   }

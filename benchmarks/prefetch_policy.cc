@@ -46,8 +46,8 @@ int main(int argc, char** argv) {
       static_cast<int>(std::max<int64_t>(4, 1000000 / (kBags * per_bag)));
 
   std::printf("storage,prefetch,ns_per_row,policy\n");
-  for (tfce::Storage storage : {tfce::Storage::kInt8, tfce::Storage::kFp16}) {
-    const bool int8 = storage == tfce::Storage::kInt8;
+  for (tfce::Storage storage : {tfce::Storage::kInt8Split, tfce::Storage::kFp16}) {
+    const bool int8 = storage == tfce::Storage::kInt8Split;
     const size_t data_bytes = rows * dim * (int8 ? 1 : 2);
     // Huge pages where the ops would ask for them (buffers of 4 MiB or more).
     void* data = bench::Table(data_bytes, data_bytes >= (size_t{4} << 20));

@@ -36,6 +36,7 @@ KERNEL_SOURCES = {
     "tf/compressed_embedding_lookup_op.cc": [],
     "tf/fused_decode_axpy_op.cc": [],
     "tf/op_util.cc": [],
+    "tf/table_format.cc": [],
     "tf/parallel_run.cc": [],
     "tf/huge_pages.cc": [],
     "tf/c_api.cc": [],

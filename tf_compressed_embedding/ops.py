@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tf_compressed_embedding import _bags, _loader
+from tf_compressed_embedding import _bags, _loader, quantization
 
 # The op module, fetched by the wrappers while tf.functions trace them:
 # autograph must not convert the loader's locking.
@@ -22,18 +22,31 @@ def _read(value):
 
 
 def _table_inputs(table):
-    """(data, scales) of a CompressedTable or any object carrying both."""
+    """The op inputs and attrs of a CompressedTable, or of any object with
+    .data and .scales (and .format and .dim for the rowwise formats):
+    {"table": ..., "scales": ..., "row_format": ..., "dim": ...}."""
     try:
         data, scales = table.data, table.scales
     except AttributeError:
         raise TypeError(
             f"table must be a CompressedTable (from tfce.quantize) or have "
             f".data and .scales, got {type(table).__name__}") from None
+    fmt = getattr(table, "format", None)
+    if fmt is None and tf.as_dtype(data.dtype) == tf.uint8:
+        raise TypeError(
+            f"a table of uint8 records must say its format and dim (.format, "
+            f".dim), as a CompressedTable does; {type(table).__name__} has no "
+            f".format")
+    inputs = {"table": _read(data)}
+    if fmt in quantization.ROWWISE_FORMATS:
+        inputs.update(row_format=quantization.op_row_format(fmt), dim=int(table.dim))
     if _is_empty_float32(scales):
-        # An fp16 table's scales are empty: a constant, as the exported
-        # models have, instead of three read nodes in every call's graph.
-        return _read(data), tf.zeros([0], tf.float32)
-    return _read(data), _read(scales)
+        # Empty scales (every format but int8_split): a constant, as the
+        # exported models have, instead of three read nodes in every call.
+        inputs["scales"] = tf.zeros([0], tf.float32)
+    else:
+        inputs["scales"] = _read(scales)
+    return inputs
 
 
 def _is_empty_float32(value):
@@ -85,9 +98,8 @@ def compressed_embedding_lookup(table, ids, max_norm: float | None = None,
         return tf.ragged.map_flat_values(
             lambda flat: compressed_embedding_lookup(table, flat, max_norm,
                                                      name), ids)
-    data, scales = _table_inputs(table)
     rows = _op_library().compressed_embedding_lookup(
-        table=data, scales=scales, ids=ids, name=name)
+        **_table_inputs(table), ids=ids, name=name)
     if max_norm is not None:
         rows = tf.clip_by_norm(rows, max_norm, axes=[-1])
     return rows
@@ -115,7 +127,7 @@ def fused_decode_axpy(table, ids, segment_ids, weights=None, combiner: str = "su
       float32 ``[num_segments, D]``.
     """
     _bags.check_combiner(combiner)
-    data, scales = _table_inputs(table)
+    table_inputs = _table_inputs(table)
     segment_ids = tf.convert_to_tensor(segment_ids)
     if weights is None:
         weights = tf.zeros([0], tf.float32)
@@ -125,7 +137,7 @@ def fused_decode_axpy(table, ids, segment_ids, weights=None, combiner: str = "su
         num_segments = tf.maximum(
             tf.reduce_max(tf.cast(segment_ids, tf.int64)) + 1, 0)
     return _op_library().fused_decode_axpy(
-        table=data, scales=scales, ids=ids, segment_ids=segment_ids,
+        **table_inputs, ids=ids, segment_ids=segment_ids,
         weights=weights, num_segments=num_segments, combiner=combiner,
         name=name)
 

@@ -4,8 +4,19 @@
 // per ISA) implements exactly these semantics; kernel_scalar.cc, the scalar
 // reference, is the specification.
 //
-//   decode(r)[d] = float(table_int8[r][d]) * scales[r]      (Storage::kInt8)
-//   decode(r)[d] = float(table_fp16[r][d])                  (Storage::kFp16)
+//   decode(r)[d] = value(r)[d] * scale(r) + bias(r)
+//
+// with, per storage format (tf_compressed_embedding/quantization.py is the
+// one definition of each; record = the RecordBytes() bytes of row r):
+//   kInt8Split    value int8 table[r][d], scale scales[r] (a separate
+//                 array), no bias;
+//   kFp16         value float16 table[r][d], scale 1, no bias;
+//   kInt8Rowwise  record = [float32 scale][dim x int8 value];
+//   kInt4Rowwise  record = [float16 scale][float16 bias][ceil(dim/2) bytes],
+//                 value d in the low nibble of byte d/2 for even d, the
+//                 high one for odd d, unsigned [0, 15].
+// "No bias" means no add at all (not + 0: that would turn -0 into +0), and
+// the decode is a multiply, then an add: two roundings, never an FMA.
 //
 //   Lookup:  for i in [begin, end):  out[i][:] = decode(ids[i])
 //
@@ -18,7 +29,9 @@
 //                          is folded into the scale, 1 for fp16, so every
 //                          variant agrees where a product overflows; the
 //                          decoded row is never stored)
+//                bias_sum += w * bias(ids[i])       (formats with a bias)
 //                wsum += w;  w2sum += w * w
+//              acc[:] += bias_sum                   (formats with a bias)
 //              denom = 1 (sum) | wsum (mean) | sqrt(w2sum) (sqrtn)
 //              out[b][:] = denom == 0 ? 0 : acc[:] / denom
 //
@@ -33,11 +46,18 @@
 
 namespace tfce {
 
-enum class Storage : int32_t { kInt8 = 0, kFp16 = 1 };
+enum class Storage : int32_t {
+  kInt8Split = 0,
+  kFp16 = 1,
+  kInt8Rowwise = 2,
+  kInt4Rowwise = 3,
+};
 enum class Combiner : int32_t { kSum = 0, kMean = 1, kSqrtN = 2 };
 
-// A compressed table, row-major [rows, dim]. For kFp16, `data` holds IEEE
-// binary16 bit patterns and `scales` is null.
+// A compressed table of `rows` rows of `dim` values, row-major, each stored
+// row RecordBytes(storage, dim) bytes at that stride. For kFp16 `data` holds
+// IEEE binary16 bit patterns. `scales` is null for every format but
+// kInt8Split.
 struct TableView {
   Storage storage;
   const void* data;
@@ -75,13 +95,30 @@ struct PoolArgs {
   int64_t prefetch_rows;
 };
 
-// Bytes of one stored row of `table`, and of its separate scale (int8: one
-// float32 per row; fp16: none).
-inline int64_t RowBytes(const TableView& table) {
-  return table.dim * (table.storage == Storage::kInt8 ? 1 : 2);
+// Bytes of a rowwise record before its values (scale, or scale and bias).
+constexpr int64_t kRecordHeaderBytes = 4;
+
+// Bytes of one stored row of `dim` values in `storage`: the table's stride.
+// The separate scale of kInt8Split is not included (ScaleBytes).
+constexpr int64_t RecordBytes(Storage storage, int64_t dim) {
+  switch (storage) {
+    case Storage::kInt8Split:
+      return dim;
+    case Storage::kFp16:
+      return 2 * dim;
+    case Storage::kInt8Rowwise:
+      return kRecordHeaderBytes + dim;
+    case Storage::kInt4Rowwise:
+      return kRecordHeaderBytes + (dim + 1) / 2;
+  }
+  return 0;
 }
+inline int64_t RowBytes(const TableView& table) {
+  return RecordBytes(table.storage, table.dim);
+}
+// Bytes of a row's separate scale (kInt8Split: one float32 per row).
 inline int64_t ScaleBytes(const TableView& table) {
-  return table.storage == Storage::kInt8 ? 4 : 0;
+  return table.storage == Storage::kInt8Split ? 4 : 0;
 }
 
 using LookupFn = bool (*)(const LookupArgs&);

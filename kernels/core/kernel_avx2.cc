@@ -40,6 +40,28 @@ struct Avx2 {
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
 
+  // Eight 4-bit values from the low 32 bits of `bytes`: the nibbles are
+  // split and interleaved with byte operations, then widened.
+  static Vec NibblesToFloat(uint32_t bytes) {
+    const __m128i b = _mm_cvtsi32_si128(static_cast<int>(bytes));
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m128i q = _mm_unpacklo_epi8(
+        _mm_and_si128(b, low), _mm_and_si128(_mm_srli_epi16(b, 4), low));
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+  }
+  static Vec LoadNibbles(const uint8_t* p) {
+    uint32_t four;
+    __builtin_memcpy(&four, p, 4);
+    return NibblesToFloat(four);
+  }
+  static void HalfPair(const void* p, float* first, float* second) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, p, 4);
+    const __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
+    *first = _mm_cvtss_f32(v);
+    *second = _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1));
+  }
+
   // Tails (n < 8): the first four elements with one exact narrower load
   // (dim 12 = 8 + 4 needs nothing else), the last n % 4 staged through a
   // register, so nothing past the row is read.
@@ -54,6 +76,9 @@ struct Avx2 {
     }
     const __m128i q = _mm_cvtsi64_si128(static_cast<long long>(bytes));
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+  }
+  static Vec LoadNibblesTail(const uint8_t* p, int n) {
+    return NibblesToFloat(static_cast<uint32_t>(StageBytes(p, (n + 1) / 2)));
   }
   static Vec LoadHalfTail(const uint16_t* p, int n) {
     __m128i h;

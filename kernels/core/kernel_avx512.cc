@@ -38,10 +38,32 @@ struct Avx512 {
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
 
+  // Sixteen 4-bit values from 8 bytes: the nibbles are split and
+  // interleaved with byte operations, then widened.
+  static Vec NibblesToFloat(__m128i b) {
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m128i q = _mm_unpacklo_epi8(
+        _mm_and_si128(b, low), _mm_and_si128(_mm_srli_epi16(b, 4), low));
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
+  }
+  static Vec LoadNibbles(const uint8_t* p) {
+    return NibblesToFloat(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static void HalfPair(const void* p, float* first, float* second) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, p, 4);
+    const __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
+    *first = _mm_cvtss_f32(v);
+    *second = _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1));
+  }
+
   static __mmask16 Mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }
   static Vec LoadInt8Tail(const int8_t* p, int n) {
     const __m128i q = _mm_maskz_loadu_epi8(Mask(n), p);
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+  }
+  static Vec LoadNibblesTail(const uint8_t* p, int n) {
+    return NibblesToFloat(_mm_maskz_loadu_epi8(Mask((n + 1) / 2), p));
   }
   static Vec LoadHalfTail(const uint16_t* p, int n) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(Mask(n), p));

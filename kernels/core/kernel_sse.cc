@@ -66,9 +66,35 @@ struct Sse {
         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
 
+  // Four 4-bit values from the low 16 bits of `bytes`: the nibbles are
+  // split and interleaved with byte operations, then widened.
+  static Vec NibblesToFloat(uint32_t bytes) {
+    const __m128i b = _mm_cvtsi32_si128(static_cast<int>(bytes));
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m128i q = _mm_unpacklo_epi8(
+        _mm_and_si128(b, low), _mm_and_si128(_mm_srli_epi16(b, 4), low));
+    return _mm_cvtepi32_ps(_mm_cvtepu8_epi32(q));
+  }
+  static Vec LoadNibbles(const uint8_t* p) {
+    uint16_t two;
+    __builtin_memcpy(&two, p, 2);
+    return NibblesToFloat(two);
+  }
+  static void HalfPair(const void* p, float* first, float* second) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, p, 4);
+    const Vec v = HalvesToFloat(
+        _mm_cvtepu16_epi32(_mm_cvtsi32_si128(static_cast<int>(bits))));
+    *first = _mm_cvtss_f32(v);
+    *second = _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1));
+  }
+
   // Tails (n < 4): staged through a register, nothing past the row is read.
   static Vec LoadInt8Tail(const int8_t* p, int n) {
     return Int8ToFloat(static_cast<uint32_t>(StageBytes(p, n)));
+  }
+  static Vec LoadNibblesTail(const uint8_t* p, int n) {
+    return NibblesToFloat(static_cast<uint32_t>(StageBytes(p, (n + 1) / 2)));
   }
   static Vec LoadHalfTail(const uint16_t* p, int n) {
     return HalvesToFloat(_mm_cvtepu16_epi32(

@@ -10,10 +10,16 @@
 // The traits provide, for a vector of Isa::kLanes floats:
 //   Vec Zero(), Set1(float), MulAdd(a, b, c) = a * b + c, Add, Mul, Div
 //   Vec LoadInt8(const int8_t*), LoadHalf(const uint16_t*)   kLanes elements
+//   Vec LoadNibbles(const uint8_t*)    kLanes unsigned 4-bit values from
+//                                      kLanes / 2 bytes, low nibble first
 //   void Store(float*, Vec)
-//   Vec LoadInt8Tail(p, n), LoadHalfTail(p, n), StoreTail(p, v, n)
-//     for 0 < n < kLanes: touch only n elements (no read or write past them;
-//     a narrower exact vector path first, then masks or staging).
+//   Vec LoadInt8Tail(p, n), LoadHalfTail(p, n), LoadNibblesTail(p, n),
+//   StoreTail(p, v, n)
+//     for 0 < n < kLanes: touch only n elements (nibbles: (n + 1) / 2
+//     bytes; no read or write past them; a narrower exact vector path first,
+//     then masks or staging).
+//   void HalfPair(const void* p, float* first, float* second)   the two
+//     float16 values at p, exactly widened
 //   void Prefetch(const void*)
 //
 // Techniques (benchmarks/ladder.py measures what each one buys, step by
@@ -44,36 +50,115 @@ inline bool InRange(int64_t id, int64_t rows) {
   return static_cast<uint64_t>(id) < static_cast<uint64_t>(rows);
 }
 
-// The storage formats, as seen by the kernels: how to load a row's elements
-// and which factor the row's values are multiplied by when decoding.
+// A row's decode factors: value * scale + bias (bias used when kHasBias).
+struct RowMeta {
+  float scale;
+  float bias;
+};
+
+// The storage formats, as seen by the kernels: where a row's record starts
+// and how long it is, how to load its values, and its scale and bias.
+// Load(values, first) loads the kLanes values from element `first` on
+// (always a multiple of kLanes, so even).
 template <class Isa>
-struct Int8Rows {
+struct Int8SplitRows {
   using Elem = int8_t;
   using Vec = typename Isa::Vec;
-  static float Scale(const TableView& t, int64_t id) { return t.scales[id]; }
+  static constexpr bool kHasBias = false;
+  static constexpr Storage kStorage = Storage::kInt8Split;
+  static const Elem* Values(const TableView& t, int64_t id) {
+    return static_cast<const Elem*>(t.data) + id * t.dim;
+  }
+  static RowMeta Meta(const TableView& t, int64_t id) {
+    return {t.scales[id], 0.0f};
+  }
   // The scale lives in its own array: a second cache line to fetch. Always
   // inlined, like every function that only prefetches (see PrefetchRow).
   TFCE_ALWAYS_INLINE static void PrefetchScale(const TableView& t, int64_t id) {
     Isa::Prefetch(t.scales + id);
   }
-  static Vec Load(const Elem* p) { return Isa::LoadInt8(p); }
-  static Vec LoadTail(const Elem* p, int n) { return Isa::LoadInt8Tail(p, n); }
+  static Vec Load(const Elem* p, int64_t first) {
+    return Isa::LoadInt8(p + first);
+  }
+  static Vec LoadTail(const Elem* p, int64_t first, int n) {
+    return Isa::LoadInt8Tail(p + first, n);
+  }
 };
 
 template <class Isa>
 struct HalfRows {
   using Elem = uint16_t;
   using Vec = typename Isa::Vec;
-  static float Scale(const TableView&, int64_t) { return 1.0f; }
+  static constexpr bool kHasBias = false;
+  static constexpr Storage kStorage = Storage::kFp16;
+  static const Elem* Values(const TableView& t, int64_t id) {
+    return static_cast<const Elem*>(t.data) + id * t.dim;
+  }
+  static RowMeta Meta(const TableView&, int64_t) { return {1.0f, 0.0f}; }
   TFCE_ALWAYS_INLINE static void PrefetchScale(const TableView&, int64_t) {}
-  static Vec Load(const Elem* p) { return Isa::LoadHalf(p); }
-  static Vec LoadTail(const Elem* p, int n) { return Isa::LoadHalfTail(p, n); }
+  static Vec Load(const Elem* p, int64_t first) {
+    return Isa::LoadHalf(p + first);
+  }
+  static Vec LoadTail(const Elem* p, int64_t first, int n) {
+    return Isa::LoadHalfTail(p + first, n);
+  }
 };
 
-template <class Rows>
-const typename Rows::Elem* RowPtr(const TableView& t, int64_t id) {
-  return static_cast<const typename Rows::Elem*>(t.data) + id * t.dim;
+// The start of row `id`'s record in a rowwise table.
+template <Storage kStorage>
+const unsigned char* Record(const TableView& t, int64_t id) {
+  return static_cast<const unsigned char*>(t.data) +
+         id * RecordBytes(kStorage, t.dim);
 }
+
+// One cache line per row (mostly): the float32 scale leads the record.
+template <class Isa>
+struct Int8RowwiseRows {
+  using Elem = int8_t;
+  using Vec = typename Isa::Vec;
+  static constexpr bool kHasBias = false;
+  static constexpr Storage kStorage = Storage::kInt8Rowwise;
+  static const Elem* Values(const TableView& t, int64_t id) {
+    return reinterpret_cast<const Elem*>(Record<kStorage>(t, id) +
+                                         kRecordHeaderBytes);
+  }
+  static RowMeta Meta(const TableView& t, int64_t id) {
+    float scale;
+    __builtin_memcpy(&scale, Record<kStorage>(t, id), 4);
+    return {scale, 0.0f};
+  }
+  TFCE_ALWAYS_INLINE static void PrefetchScale(const TableView&, int64_t) {}
+  static Vec Load(const Elem* p, int64_t first) {
+    return Isa::LoadInt8(p + first);
+  }
+  static Vec LoadTail(const Elem* p, int64_t first, int n) {
+    return Isa::LoadInt8Tail(p + first, n);
+  }
+};
+
+// Two values per byte after a float16 scale and bias.
+template <class Isa>
+struct Int4RowwiseRows {
+  using Elem = uint8_t;
+  using Vec = typename Isa::Vec;
+  static constexpr bool kHasBias = true;
+  static constexpr Storage kStorage = Storage::kInt4Rowwise;
+  static const Elem* Values(const TableView& t, int64_t id) {
+    return Record<kStorage>(t, id) + kRecordHeaderBytes;
+  }
+  static RowMeta Meta(const TableView& t, int64_t id) {
+    RowMeta meta;
+    Isa::HalfPair(Record<kStorage>(t, id), &meta.scale, &meta.bias);
+    return meta;
+  }
+  TFCE_ALWAYS_INLINE static void PrefetchScale(const TableView&, int64_t) {}
+  static Vec Load(const Elem* p, int64_t first) {
+    return Isa::LoadNibbles(p + first / 2);
+  }
+  static Vec LoadTail(const Elem* p, int64_t first, int n) {
+    return Isa::LoadNibblesTail(p + first / 2, n);
+  }
+};
 
 // Always inlined, as each ISA's Prefetch: a prefetch has no effect GCC can
 // see, so an out-of-line function holding one is found side-effect free and
@@ -81,9 +166,8 @@ const typename Rows::Elem* RowPtr(const TableView& t, int64_t id) {
 // machine code.
 template <class Isa, class Rows>
 TFCE_ALWAYS_INLINE void PrefetchRow(const TableView& t, int64_t id) {
-  const char* p = reinterpret_cast<const char*>(RowPtr<Rows>(t, id));
-  const int64_t bytes =
-      t.dim * static_cast<int64_t>(sizeof(typename Rows::Elem));
+  const int64_t bytes = RecordBytes(Rows::kStorage, t.dim);
+  const char* p = static_cast<const char*>(t.data) + id * bytes;
   Rows::PrefetchScale(t, id);
   if (bytes == 0) return;
   for (int64_t off = 0; off < bytes; off += 64) Isa::Prefetch(p + off);
@@ -123,16 +207,22 @@ bool LookupIds(const LookupArgs& a) {
       const int64_t ahead = static_cast<int64_t>(ids[i + distance]);
       if (InRange(ahead, a.table.rows)) PrefetchRow<Isa, Rows>(a.table, ahead);
     }
-    const typename Rows::Elem* row = RowPtr<Rows>(a.table, id);
-    const typename Isa::Vec scale = Isa::Set1(Rows::Scale(a.table, id));
+    const typename Rows::Elem* row = Rows::Values(a.table, id);
+    const RowMeta meta = Rows::Meta(a.table, id);
+    const typename Isa::Vec scale = Isa::Set1(meta.scale);
+    const typename Isa::Vec bias = Isa::Set1(meta.bias);
     float* out = a.out + i * dim;
-    // One multiply per element, exactly as the reference: bit-identical.
+    // A multiply, then an add, per element, exactly as the reference:
+    // bit-identical.
     for (int64_t d = 0; d < full; d += W) {
-      Isa::Store(out + d, Isa::Mul(Rows::Load(row + d), scale));
+      typename Isa::Vec v = Isa::Mul(Rows::Load(row, d), scale);
+      if (Rows::kHasBias) v = Isa::Add(v, bias);
+      Isa::Store(out + d, v);
     }
     if (tail) {
-      Isa::StoreTail(out + full,
-                     Isa::Mul(Rows::LoadTail(row + full, tail), scale), tail);
+      typename Isa::Vec v = Isa::Mul(Rows::LoadTail(row, full, tail), scale);
+      if (Rows::kHasBias) v = Isa::Add(v, bias);
+      Isa::StoreTail(out + full, v, tail);
     }
   }
   return true;
@@ -152,29 +242,32 @@ struct BagState {
 // narrower loads fold to constants) or given at run time (kRuntimeTail).
 constexpr int kRuntimeTail = -1;
 
-// acc[0..kVecs) += factor * row[0..kVecs*W), and the tail into acc[kVecs].
-// Always inlined with fully unrolled loops, so `acc` lives in registers.
+// acc[0..kVecs) += factor * row[d0..d0+kVecs*W), and the tail into
+// acc[kVecs]. Always inlined with fully unrolled loops, so `acc` lives in
+// registers.
 template <class Isa, class Rows, int kVecs, int kTail>
 TFCE_ALWAYS_INLINE void AccumulateRowBlock(typename Isa::Vec* acc,
                                            const typename Rows::Elem* row,
-                                           typename Isa::Vec factor, int tail) {
+                                           int64_t d0, typename Isa::Vec factor,
+                                           int tail) {
   constexpr int W = Isa::kLanes;
 #pragma GCC unroll 16
   for (int k = 0; k < kVecs; ++k) {
-    acc[k] = Isa::MulAdd(Rows::Load(row + k * W), factor, acc[k]);
+    acc[k] = Isa::MulAdd(Rows::Load(row, d0 + k * W), factor, acc[k]);
   }
   if (kTail != 0) {
-    acc[kVecs] =
-        Isa::MulAdd(Rows::LoadTail(row + kVecs * W, tail), factor, acc[kVecs]);
+    acc[kVecs] = Isa::MulAdd(Rows::LoadTail(row, d0 + kVecs * W, tail), factor,
+                             acc[kVecs]);
   }
 }
 
-// One id of a bag: check it, prefetch ahead, accumulate its row.
+// One id of a bag: check it, prefetch ahead, accumulate its row (and its
+// weighted bias into *bias_sum).
 template <class Isa, class Rows, class Index, int kVecs, int kTail>
 TFCE_ALWAYS_INLINE bool AccumulateId(const PoolArgs& a, const Index* ids,
                                      const BagState& bag, int64_t i, int64_t d0,
                                      int tail, int64_t distance,
-                                     typename Isa::Vec* acc) {
+                                     typename Isa::Vec* acc, float* bias_sum) {
   const TableView& t = a.table;
   const int64_t id = static_cast<int64_t>(ids[i]);
   if (!InRange(id, t.rows)) return false;
@@ -183,8 +276,10 @@ TFCE_ALWAYS_INLINE bool AccumulateId(const PoolArgs& a, const Index* ids,
     if (InRange(ahead, t.rows)) PrefetchRow<Isa, Rows>(t, ahead);
   }
   const float w = a.weights ? a.weights[i] : 1.0f;
-  const typename Isa::Vec factor = Isa::Set1(w * Rows::Scale(t, id));
-  AccumulateRowBlock<Isa, Rows, kVecs, kTail>(acc, RowPtr<Rows>(t, id) + d0,
+  const RowMeta meta = Rows::Meta(t, id);
+  const typename Isa::Vec factor = Isa::Set1(w * meta.scale);
+  if (Rows::kHasBias) *bias_sum = *bias_sum + w * meta.bias;
+  AccumulateRowBlock<Isa, Rows, kVecs, kTail>(acc, Rows::Values(t, id), d0,
                                               factor, tail);
   return true;
 }
@@ -209,28 +304,31 @@ TFCE_ALWAYS_INLINE bool PoolBlock(const PoolArgs& a, const Index* ids,
   Vec acc0[kSize], acc1[kSize];
 #pragma GCC unroll 16
   for (int k = 0; k < kSize; ++k) acc0[k] = acc1[k] = Isa::Zero();
+  float bias_sum0 = 0.0f, bias_sum1 = 0.0f;
   const int64_t distance = prefetch ? a.prefetch_rows : 0;
   int64_t i = bag.begin;
   if (kTwoSets) {
     for (; i + 2 <= bag.end; i += 2) {
-      if (!AccumulateId<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i, d0,
-                                                        tail, distance, acc0) ||
-          !AccumulateId<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i + 1, d0,
-                                                        tail, distance, acc1)) {
+      if (!AccumulateId<Isa, Rows, Index, kVecs, kTail>(
+              a, ids, bag, i, d0, tail, distance, acc0, &bias_sum0) ||
+          !AccumulateId<Isa, Rows, Index, kVecs, kTail>(
+              a, ids, bag, i + 1, d0, tail, distance, acc1, &bias_sum1)) {
         return false;
       }
     }
   }
   for (; i < bag.end; ++i) {
-    if (!AccumulateId<Isa, Rows, Index, kVecs, kTail>(a, ids, bag, i, d0, tail,
-                                                      distance, acc0)) {
+    if (!AccumulateId<Isa, Rows, Index, kVecs, kTail>(
+            a, ids, bag, i, d0, tail, distance, acc0, &bias_sum0)) {
       return false;
     }
   }
   const Vec denom = Isa::Set1(bag.denom);
+  const Vec bias_sum = Isa::Set1(bias_sum0 + bias_sum1);
 #pragma GCC unroll 16
   for (int k = 0; k < kAcc; ++k) {
     Vec v = kTwoSets ? Isa::Add(acc0[k], acc1[k]) : acc0[k];
+    if (Rows::kHasBias) v = Isa::Add(v, bias_sum);
     if (bag.zero) {
       v = Isa::Zero();
     } else if (a.combiner != Combiner::kSum) {
@@ -397,16 +495,32 @@ bool PoolByIndexWidth(const PoolArgs& a) {
 // storage format, then id width, then (pool) dim.
 template <class Isa>
 bool LookupByStorage(const LookupArgs& args) {
-  return args.table.storage == Storage::kInt8
-             ? LookupByIndexWidth<Isa, Int8Rows>(args)
-             : LookupByIndexWidth<Isa, HalfRows>(args);
+  switch (args.table.storage) {
+    case Storage::kInt8Split:
+      return LookupByIndexWidth<Isa, Int8SplitRows>(args);
+    case Storage::kFp16:
+      return LookupByIndexWidth<Isa, HalfRows>(args);
+    case Storage::kInt8Rowwise:
+      return LookupByIndexWidth<Isa, Int8RowwiseRows>(args);
+    case Storage::kInt4Rowwise:
+      return LookupByIndexWidth<Isa, Int4RowwiseRows>(args);
+  }
+  return false;
 }
 
 template <class Isa>
 bool PoolByStorage(const PoolArgs& args) {
-  return args.table.storage == Storage::kInt8
-             ? PoolByIndexWidth<Isa, Int8Rows>(args)
-             : PoolByIndexWidth<Isa, HalfRows>(args);
+  switch (args.table.storage) {
+    case Storage::kInt8Split:
+      return PoolByIndexWidth<Isa, Int8SplitRows>(args);
+    case Storage::kFp16:
+      return PoolByIndexWidth<Isa, HalfRows>(args);
+    case Storage::kInt8Rowwise:
+      return PoolByIndexWidth<Isa, Int8RowwiseRows>(args);
+    case Storage::kInt4Rowwise:
+      return PoolByIndexWidth<Isa, Int4RowwiseRows>(args);
+  }
+  return false;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "kernels/tf/huge_pages.h"
 #include "kernels/tf/parallel_run.h"
+#include "kernels/tf/table_format.h"
 #include "tensorflow/core/framework/bounds_check.h"
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/util/overflow.h"
@@ -14,48 +15,6 @@
 namespace tfce {
 
 using ::tensorflow::Tensor;
-
-absl::Status MakeTableView(const Tensor& table, const Tensor& scales,
-                           TableView* view) {
-  if (table.dims() != 2) {
-    return InvalidArgument("table must be a matrix [rows, dim], but has shape ",
-                           table.shape().DebugString(), " (rank ", table.dims(),
-                           ")");
-  }
-  const int64_t rows = table.dim_size(0);
-  const int64_t dim = table.dim_size(1);
-  if (scales.dims() != 1) {
-    return InvalidArgument("scales must be a vector, but has shape ",
-                           scales.shape().DebugString());
-  }
-  if (table.dtype() == tensorflow::DT_INT8) {
-    if (scales.dim_size(0) != rows) {
-      return InvalidArgument(
-          "scales must have one float32 per table row: expected shape [", rows,
-          "] for an int8 table of shape ", table.shape().DebugString(),
-          ", but got ", scales.shape().DebugString());
-    }
-    view->storage = Storage::kInt8;
-    view->data = table.data();
-    view->scales = scales.flat<float>().data();
-  } else if (table.dtype() == tensorflow::DT_HALF) {
-    if (scales.dim_size(0) != 0) {
-      return InvalidArgument(
-          "scales must be empty (shape [0]) for a float16 table, but got "
-          "shape ",
-          scales.shape().DebugString());
-    }
-    view->storage = Storage::kFp16;
-    view->data = table.data();
-    view->scales = nullptr;
-  } else {
-    return InvalidArgument("table dtype must be int8 or float16, got ",
-                           tensorflow::DataTypeString(table.dtype()));
-  }
-  view->rows = rows;
-  view->dim = dim;
-  return absl::OkStatus();
-}
 
 namespace {
 
@@ -107,12 +66,19 @@ absl::Status GetKernelVariant(const KernelVariant** variant) {
 CompressedTableOp::CompressedTableOp(tensorflow::OpKernelConstruction* ctx)
     : OpKernel(ctx) {
   OP_REQUIRES_OK(ctx, GetKernelVariant(&variant_));
+  std::string row_format;
+  tensorflow::DataType dtype;
+  OP_REQUIRES_OK(ctx, ctx->GetAttr("row_format", &row_format));
+  OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+  OP_REQUIRES_OK(ctx, ctx->GetAttr("T", &dtype));
+  OP_REQUIRES_OK(ctx, ParseTableFormat(dtype, row_format, dim_, &storage_));
   OP_REQUIRES_OK(ctx, ReadMaxThreads(ctx, &max_threads_));
 }
 
 absl::Status CompressedTableOp::ReadTable(tensorflow::OpKernelContext* ctx,
                                           TableView* view) const {
-  TF_RETURN_IF_ERROR(MakeTableView(ctx->input(0), ctx->input(1), view));
+  TF_RETURN_IF_ERROR(
+      MakeTableView(ctx->input(0), ctx->input(1), storage_, dim_, view));
   AdviseHugePages(*view);
   return absl::OkStatus();
 }

@@ -1,4 +1,4 @@
-// Helpers shared by the OpKernels: table validation, turning a kernel's
+// Helpers shared by the OpKernels: reading the table inputs, turning a kernel's
 // `false` into a precise error, kernel variant selection.
 #ifndef TFCE_KERNELS_TF_OP_UTIL_H_
 #define TFCE_KERNELS_TF_OP_UTIL_H_
@@ -19,11 +19,6 @@ template <typename... Args>
 absl::Status InvalidArgument(const Args&... args) {
   return absl::InvalidArgumentError(absl::StrCat(args...));
 }
-
-// Checks table [V, D] and scales ([V] for int8, [0] for half) and fills
-// *view. Everything is checked in 64-bit before any narrowing.
-absl::Status MakeTableView(const tensorflow::Tensor& table,
-                           const tensorflow::Tensor& scales, TableView* view);
 
 // Scans ids for the first id outside [0, rows) and returns an
 // InvalidArgument naming its position, value and the valid range. The kernels
@@ -52,18 +47,23 @@ absl::Status OutputShape(const tensorflow::TensorShape& outer, int64_t dim,
 absl::Status GetKernelVariant(const KernelVariant** variant);
 
 // Base of the OpKernels over a compressed table (inputs 0 and 1): the kernel
-// variant and the thread cap (kMaxThreadsAttr), read at construction.
+// variant, the table's storage format (attrs T, row_format, dim) and the
+// thread cap (kMaxThreadsAttr), read at construction.
 class CompressedTableOp : public tensorflow::OpKernel {
  public:
   explicit CompressedTableOp(tensorflow::OpKernelConstruction* ctx);
 
  protected:
-  // Validates inputs 0 (table) and 1 (scales) into *view (MakeTableView) and
+  // Validates inputs 0 (table) and 1 (scales) into *view (MakeTableView,
+  // table_format.h) and
   // advises huge pages for the table's buffers.
   absl::Status ReadTable(tensorflow::OpKernelContext* ctx,
                          TableView* view) const;
 
   const KernelVariant* variant_ = nullptr;
+  Storage storage_ = Storage::kInt8Split;
+  int64_t dim_ = -1;  // the dim attr: D of rowwise tables, -1 for 'plain'
+
   int64_t max_threads_ = 0;  // 0: all intra-op threads
 };
 

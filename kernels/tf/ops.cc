@@ -3,6 +3,8 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/tf/table_format.h"
 
 namespace tfce {
 namespace {
@@ -11,12 +13,22 @@ using ::tensorflow::shape_inference::DimensionHandle;
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
-// table [V, D]; scales [V] (int8) or [0] (half). Returns D.
+// table [V, D] (row_format 'plain') or [V, record bytes] (rowwise, D the
+// `dim` attr); scales [V] (int8) or [0]. Returns D. The attrs' agreement with
+// T is checked here too, so a bad node fails when the graph is built.
 absl::Status TableDim(InferenceContext* c, DimensionHandle* dim) {
   ShapeHandle table, scales;
   TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &table));
   TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &scales));
-  *dim = c->Dim(table, 1);
+  std::string row_format;
+  int64_t dim_attr = -1;
+  ::tensorflow::DataType dtype;
+  TF_RETURN_IF_ERROR(c->GetAttr("row_format", &row_format));
+  TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim_attr));
+  TF_RETURN_IF_ERROR(c->GetAttr("T", &dtype));
+  Storage storage;
+  TF_RETURN_IF_ERROR(ParseTableFormat(dtype, row_format, dim_attr, &storage));
+  *dim = row_format == "plain" ? c->Dim(table, 1) : c->MakeDim(dim_attr);
   return absl::OkStatus();
 }
 
@@ -51,18 +63,27 @@ REGISTER_OP("CompressedEmbeddingLookup")
     .Input("scales: float")
     .Input("ids: Tidx")
     .Output("output: float")
-    .Attr("T: {int8, half}")
+    .Attr("T: {int8, half, uint8}")
+    .Attr("row_format: {'plain', 'int8_rowwise', 'int4_rowwise'} = 'plain'")
+    .Attr("dim: int = -1")
     .Attr("Tidx: {int32, int64} = DT_INT64")
     .SetShapeFn(LookupShape)
     .Doc(R"doc(
 Gathers rows of a compressed embedding table and decodes them to float32.
 
 output[i..., :] = decode(table[ids[i...], :]) where decode is
-float(table[r, :]) * scales[r] for int8 tables and float(table[r, :]) for
-half tables (whose scales must be an empty vector).
+float(table[r, :]) * scales[r] for int8 tables, float(table[r, :]) for
+half tables (whose scales must be an empty vector), and q * scale (+ bias)
+from a row's record for rowwise formats.
 
-table: [V, D] int8 or half rows.
-scales: float32 [V] for int8 tables, [0] for half tables.
+table: [V, D] int8 or half rows (row_format 'plain'), or uint8 [V, R]
+  records of rowwise formats (R = 4 + D for 'int8_rowwise', 4 + ceil(D/2)
+  for 'int4_rowwise'; tf_compressed_embedding/quantization.py defines them).
+scales: float32 [V] for int8 tables, [0] for every other table.
+row_format: 'plain': the layout T names (int8 with separate scales, or
+  half); a rowwise layout: one record per row with its scale (and bias)
+  inline, T uint8.
+dim: D, for rowwise formats (whose records do not give it); -1 for 'plain'.
 ids: ids of any shape, each in [0, V).
 output: float32, shape ids.shape + [D].
 )doc");
@@ -75,7 +96,9 @@ REGISTER_OP("FusedDecodeAxpy")
     .Input("weights: float")
     .Input("num_segments: Tnumsegments")
     .Output("output: float")
-    .Attr("T: {int8, half}")
+    .Attr("T: {int8, half, uint8}")
+    .Attr("row_format: {'plain', 'int8_rowwise', 'int4_rowwise'} = 'plain'")
+    .Attr("dim: int = -1")
     .Attr("Tidx: {int32, int64} = DT_INT64")
     .Attr("Tseg: {int32, int64} = DT_INT64")
     .Attr("Tnumsegments: {int32, int64} = DT_INT64")
@@ -91,8 +114,14 @@ and by sqrt(sum(weights^2)) for 'sqrtn'. Unweighted when weights is empty.
 An empty segment or a zero denominator gives zeros. These are the semantics
 of tf.nn.embedding_lookup_sparse.
 
-table: [V, D] int8 or half rows.
-scales: float32 [V] for int8 tables, [0] for half tables.
+table: [V, D] int8 or half rows (row_format 'plain'), or uint8 [V, R]
+  records of rowwise formats (R = 4 + D for 'int8_rowwise', 4 + ceil(D/2)
+  for 'int4_rowwise'; tf_compressed_embedding/quantization.py defines them).
+scales: float32 [V] for int8 tables, [0] for every other table.
+row_format: 'plain': the layout T names (int8 with separate scales, or
+  half); a rowwise layout: one record per row with its scale (and bias)
+  inline, T uint8.
+dim: D, for rowwise formats (whose records do not give it); -1 for 'plain'.
 ids: [N] ids, each in [0, V).
 segment_ids: [N] sorted segment ids, each in [0, num_segments).
 weights: [N] float32 per-id weights, or [0] for unweighted.

@@ -32,7 +32,7 @@ inline bool SameFloat(float got, float want) {
 }
 
 inline const char* StorageName(Storage storage) {
-  return storage == Storage::kInt8 ? "int8" : "fp16";
+  return storage == Storage::kInt8Split ? "int8" : "fp16";
 }
 
 // The largest error a pooled float32 result may have against the exact
@@ -57,11 +57,11 @@ struct Table {
   std::vector<float> scales;
   std::vector<double> decoded;  // independent double-precision decode
 
-  size_t elem() const { return storage == Storage::kInt8 ? 1 : 2; }
+  size_t elem() const { return storage == Storage::kInt8Split ? 1 : 2; }
   const void* data() const { return bytes.data() + elem(); }
   TableView View() const {
     return TableView{storage, data(),
-                     storage == Storage::kInt8 ? scales.data() : nullptr, rows,
+                     storage == Storage::kInt8Split ? scales.data() : nullptr, rows,
                      dim};
   }
 };
@@ -73,14 +73,14 @@ inline Table MakeTable(Storage storage, int64_t rows, int64_t dim,
   t.decoded.resize(rows * dim);
   std::uniform_int_distribution<int> q(-127, 127);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  if (storage == Storage::kInt8) {
+  if (storage == Storage::kInt8Split) {
     t.scales.resize(rows);
     for (int64_t r = 0; r < rows; ++r) {
       t.scales[r] = std::fabs(normal(*rng)) / 127;
     }
   }
   for (int64_t i = 0; i < rows * dim; ++i) {
-    if (storage == Storage::kInt8) {
+    if (storage == Storage::kInt8Split) {
       const int8_t v = static_cast<int8_t>(q(*rng));
       std::memcpy(&t.bytes[1 + i], &v, 1);  // after the spare byte
       // The product of an int8 and a float is exact in double and rounds

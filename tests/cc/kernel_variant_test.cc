@@ -157,7 +157,7 @@ TEST_P(LookupTest, ExactAndRefusesBadIds) {
 INSTANTIATE_TEST_SUITE_P(
     Variants, LookupTest,
     ::testing::Combine(::testing::ValuesIn(AllVariants()),
-                       ::testing::Values(Storage::kInt8, Storage::kFp16),
+                       ::testing::Values(Storage::kInt8Split, Storage::kFp16),
                        ::testing::ValuesIn(Dims()),
                        ::testing::Values(IdWidth::k32, IdWidth::k64)),
     [](const ::testing::TestParamInfo<LookupParam>& info) {
@@ -249,7 +249,7 @@ TEST_P(PoolTest, WithinBoundAndRefusesBadIds) {
 INSTANTIATE_TEST_SUITE_P(
     Variants, PoolTest,
     ::testing::Combine(::testing::ValuesIn(AllVariants()),
-                       ::testing::Values(Storage::kInt8, Storage::kFp16),
+                       ::testing::Values(Storage::kInt8Split, Storage::kFp16),
                        ::testing::ValuesIn(Dims()),
                        ::testing::Values(IdWidth::k32, IdWidth::k64),
                        ::testing::Values(Combiner::kSum, Combiner::kMean,

@@ -51,7 +51,7 @@ TEST_F(PrefetchPolicyTest, NoPrefetchOnlyForLongBagsOfShortRowsInCache) {
     int64_t elem_bytes, scale_bytes, largest_short_dim;
   };
   for (const Format& f :
-       {Format{Storage::kInt8, 1, 4, 63}, Format{Storage::kFp16, 2, 0, 31}}) {
+       {Format{Storage::kInt8Split, 1, 4, 63}, Format{Storage::kFp16, 2, 0, 31}}) {
     for (int64_t dim : {int64_t{1}, int64_t{12}, f.largest_short_dim}) {
       SCOPED_TRACE(std::string(StorageName(f.storage)) + " dim " +
                    std::to_string(dim));
@@ -71,7 +71,7 @@ TEST_F(PrefetchPolicyTest, NoPrefetchOnlyForLongBagsOfShortRowsInCache) {
 
 // Rows of a cache line or more are prefetched at any table size.
 TEST_F(PrefetchPolicyTest, LongRowsAlwaysPrefetched) {
-  EXPECT_EQ(PoolPrefetch(Storage::kInt8, 10, 64, 100), 21);
+  EXPECT_EQ(PoolPrefetch(Storage::kInt8Split, 10, 64, 100), 21);
   EXPECT_EQ(PoolPrefetch(Storage::kFp16, 10, 32, 100), 32);
 }
 
@@ -87,7 +87,7 @@ TEST_F(PrefetchPolicyTest, DistanceKeepsAboutKPrefetchLinesInFlight) {
     int64_t dim, rows;
   };
   for (const Case& c :
-       {Case{Storage::kInt8, 12, 29}, Case{Storage::kInt8, 128, 16},
+       {Case{Storage::kInt8Split, 12, 29}, Case{Storage::kInt8Split, 128, 16},
         Case{Storage::kFp16, 12, 46}, Case{Storage::kFp16, 128, 12},
         Case{Storage::kFp16, 1, kMaxPrefetchRows},
         Case{Storage::kFp16, 4096, kMinPrefetchRows}}) {
