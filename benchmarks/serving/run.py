@@ -1,5 +1,5 @@
 """End to end: a DLRM-style ranking model served the way TF Serving serves it,
-FP32 against its INT8/FP16 exports, stock and fused.
+FP32 against its INT8/INT4/FP16 exports, stock and fused.
 
     python benchmarks/serving/run.py [--workdir DIR] [--rounds 3] [--iterations 200]
 
@@ -9,8 +9,9 @@ FP32 against its INT8/FP16 exports, stock and fused.
    (`tf.nn.embedding_lookup_sparse`: Unique + gather + SparseSegmentMean) and
    as the other fast FP32 graph stock TF expresses (gather + segment_mean, no
    Unique); the faster of the two is the "fastest FP32" baseline.
-2. Exports the first with tfce-export: int8 and fp16, `--ops stock` (the
-   naive decode) and `--ops fused`, each verified.
+2. Exports the first with tfce-export: int8, int4 and fp16, `--ops stock`
+   (the naive decode) and `--ops fused`, each verified, and int8_split fused
+   (the 0.1.0 int8 layout, scales in a separate array).
 3. Writes a request log of 256-candidate requests (PredictionLog TFRecord)
    and serves every variant in the C++ harness (serving/harness: TF's
    LoadSavedModel + Session::Run, TF Serving's loader), in rounds, variants
@@ -42,9 +43,14 @@ VARIANTS = {
     "FP32 as exported": ("fp32", None, None),
     "FP32 gather+segment_mean": ("fp32_segment", None, None),
     "INT8 stock": ("fp32", "int8", "stock"),
+    "INT4 stock": ("fp32", "int4", "stock"),
     "FP16 stock": ("fp32", "fp16", "stock"),
     "INT8 fused": ("fp32", "int8", "fused"),
+    "INT4 fused": ("fp32", "int4", "fused"),
     "FP16 fused": ("fp32", "fp16", "fused"),
+    # int8 with its scales in a separate array (the 0.1.0 layout): the
+    # before of the rowwise int8 above.
+    "INT8-split fused": ("fp32", "int8_split", "fused"),
 }
 
 
@@ -146,13 +152,15 @@ def summarize(runs, workdir, features, reports):
         row["p50 vs FP32"] = row["p50 ms 1t"] / base["FP32 as exported"]["p50 ms 1t"]
         row["p50 vs fastest FP32"] = row["p50 ms 1t"] / fastest
         row["RSS vs FP32"] = row["model RSS MiB"] / base["FP32 as exported"]["model RSS MiB"]
+        row["tables vs FP32"] = (row["table MiB (format)"]
+                                 / base["FP32 as exported"]["table MiB (format)"])
     return rows
 
 
 def markdown(rows, args, features):
     columns = ["variant", "p50 ms 1t", "p99 ms 1t", "p50 vs FP32", "p50 vs fastest FP32",
-               "req/s 1t", "req/s 2t", "model RSS MiB", "RSS / format", "RSS vs FP32",
-               "disk MiB", "load s"]
+               "req/s 1t", "req/s 2t", "table MiB (format)", "tables vs FP32",
+               "model RSS MiB", "RSS / format", "RSS vs FP32", "disk MiB", "load s"]
     total = sum(f.rows * f.dim * 4 for f in features) / 2**30
     lines = [f"{len(features)} sparse features, {sum(f.rows for f in features):,} rows, "
              f"{total:.2f} GiB of FP32 tables; requests of {args.batch} candidates; "
@@ -161,16 +169,19 @@ def markdown(rows, args, features):
              f"LoadSavedModel + Session::Run, default thread pools, warmup replayed). "
              f"Medians over rounds. `model RSS` = resident memory after load minus before "
              f"(TF runtime excluded); `RSS / format` against the format's own bytes (FP32 "
-             f"4D, INT8 D+4, FP16 2D per row). `fastest FP32`: the faster of the two FP32 "
-             f"graphs, as exported (Unique + gather + SparseSegmentMean) or rewritten as "
-             f"a gather of every id + segment_mean (no Unique).", "",
+             f"4D, INT8 4+D, INT4 4+ceil(D/2), FP16 2D, INT8-split D+4 per row); "
+             f"`table MiB` and `tables vs FP32` are those bytes. `fastest FP32`: the "
+             f"faster of the two FP32 graphs, as exported (Unique + gather + "
+             f"SparseSegmentMean) or rewritten as a gather of every id + segment_mean "
+             f"(no Unique).", "",
              *md.header(columns)]
     for row in rows:
         cells = []
         for c in columns:
             v = row[c]
+            ratio = c.startswith(("p50 vs", "RSS vs", "RSS /", "tables vs"))
             cells.append(v if isinstance(v, str) else
-                         f"{v:.2f}x" if c.startswith(("p50 vs", "RSS vs", "RSS /")) else
+                         f"{v:.2f}x" if ratio else
                          f"{v:,.0f}" if "MiB" in c or "req/s" in c else f"{v:.2f}")
         lines.append(md.row(cells))
     lines += ["", "![serving](results/serving.png)", ""]
