@@ -264,3 +264,29 @@ def test_op_bench_row_bytes_are_the_formats_own():
             assert systems.row_bytes(fmt, dim) == formats.row_bytes(fmt, dim)
         assert systems.row_bytes("fbgemm4", dim) == (dim + 1) // 2 + 4
         assert systems.row_bytes("fbgemm8", dim) == dim + 8
+
+
+def test_record_layout_quick():
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "record_layout.py"),
+         "--quick"], capture_output=True, text=True, timeout=900, check=True,
+        cwd=ROOT).stdout
+    record_layout = _benchmarks_import("record_layout")
+    loops = record_layout.cpu_isas()
+    # Memory: bytes per row of each layout, dims 12 and 64.
+    assert re.search(r"^\| 12 \| 16 \| 16 \| 16 \| 16 \| 64 \(\+300%\) \|$",
+                     out, re.M), out
+    assert re.search(r"^\| 64 \| 68 \| 68 \| 72 \(\+6%\) \| 80 \(\+18%\) \| "
+                     r"128 \(\+88%\) \|$", out, re.M), out
+    # Time: a line per table, dim and loop (L = 20), (a)'s ns/row, the four
+    # ratios, the shipped kernel on (a) and the lines per row.
+    cells = re.findall(r"^\| (beyond|in) cache \([\d,]+ rows\) \| (\d+) \| 20 "
+                       r"\| (\w+) \| ([\d.]+) \| (.*) \|$", out, re.M)
+    assert sorted((t, d, loop) for t, d, loop, _, _ in cells) == sorted(
+        (t, d, loop) for t in ("beyond", "in") for d in ("12", "64")
+        for loop in loops), out
+    for *_, a, rest in cells:
+        ratios = rest.split(" | ")
+        assert float(a) > 0 and len(ratios) == 6, out
+        assert all(float(x) > 0 for x in ratios[:5]), out
+        assert len(ratios[5].split(", ")) == 5, out
