@@ -290,3 +290,21 @@ def test_record_layout_quick():
         assert float(a) > 0 and len(ratios) == 6, out
         assert all(float(x) > 0 for x in ratios[:5]), out
         assert len(ratios[5].split(", ")) == 5, out
+
+
+def test_op_bench_table_cache_makes_each_encoding_once(tmp_path):
+    op_bench = _benchmarks_import("op_bench")
+    made = []
+
+    def make():
+        made.append(1)
+        return np.arange(6, dtype=np.uint8).reshape(2, 3)
+
+    first = op_bench.table_cache(str(tmp_path), 2, 3)("tfce_int4", make)
+    # Another worker process: a new cache object over the same folder.
+    again = op_bench.table_cache(str(tmp_path), 2, 3)("tfce_int4", make)
+    other = op_bench.table_cache(str(tmp_path), 2, 4)("tfce_int4", make)
+    assert len(made) == 2 and np.array_equal(first, again)
+    assert np.array_equal(other, first)
+    assert op_bench.table_cache(None, 2, 3)("tfce_int4", make) is not None
+    assert len(made) == 3
