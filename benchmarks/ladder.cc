@@ -1,9 +1,11 @@
 // The ladder: what each kernel technique buys, one step at a time, with no
 // TensorFlow in the loop. Each step pools 512 bags of weighted int8 or fp16
 // rows; FP32 pooling is the baseline. Steps 0-4 are written here for the
-// comparison; steps 5-6 are the shipped AVX2 kernels
+// comparison, on the int8_split layout (int8 values, scales in a separate
+// array: 0.1.0's int8) and fp16; steps 5-6 are the shipped AVX2 kernels
 // (kernels/core/kernel_avx2.cc) without and with prefetch, called through the
-// dispatch table.
+// dispatch table, on those two and on the rowwise int8 and int4 records
+// (tf_compressed_embedding/quantization.py) of the same values.
 //
 //   fp32     FP32 table, AVX2 FMA pooling (the baseline), and fp32+pref
 //            with the shipped kernel's prefetch rule (tfce::PrefetchDistance)
@@ -17,6 +19,8 @@
 //            time, accumulators in registers, two accumulator sets
 //   6 +pref  the shipped kernel: + software prefetch PrefetchDistance ids ahead
 //            (as the ops do for a table beyond the cache)
+// Formats in the CSV: int8_split, fp16 (every step), int8 and int4 rowwise
+// (steps 5-6 and the sweep).
 //
 // Usage: ladder ROWS DIM BAGS IDS_PER_BAG REPEATS [PREFETCH,...]
 // CSV lines on stdout. With a list of prefetch distances, only the shipped
@@ -50,6 +54,8 @@ struct Workload {
   std::vector<int8_t> q;
   std::vector<float> scales;
   std::vector<uint16_t> half;
+  std::vector<uint8_t> rec8;  // int8 rowwise records: [f32 scale][q]
+  std::vector<uint8_t> rec4;  // int4 rowwise: [f16 scale][f16 bias][nibbles]
   std::vector<float> fp32;
   std::vector<std::vector<int64_t>> id_batches;  // rotating, defeats reuse
   std::vector<int64_t> offsets;
@@ -251,15 +257,35 @@ const tfce::KernelVariant& Variant(const char* name) {
   std::exit(2);
 }
 
+const char* FormatName(Storage s) {
+  switch (s) {
+    case Storage::kInt8Split:
+      return "int8_split";
+    case Storage::kFp16:
+      return "fp16";
+    case Storage::kInt8Rowwise:
+      return "int8";
+    case Storage::kInt4Rowwise:
+      return "int4";
+  }
+  return "?";
+}
+
+tfce::TableView View(const Workload& w, Storage s) {
+  const void* data = w.rec4.data();
+  if (s == Storage::kInt8Split) data = w.q.data();
+  if (s == Storage::kFp16) data = w.half.data();
+  if (s == Storage::kInt8Rowwise) data = w.rec8.data();
+  return tfce::TableView{s, data,
+                         s == Storage::kInt8Split ? w.scales.data() : nullptr,
+                         w.rows, w.dim};
+}
+
 void Shipped(const Workload& w, Storage s, const int64_t* ids, float* out,
              int64_t prefetch_rows) {
   static const tfce::KernelVariant& avx2 = Variant("avx2");
   tfce::PoolArgs a;
-  a.table = tfce::TableView{
-      s,
-      s == Storage::kInt8Split ? static_cast<const void*>(w.q.data())
-                          : static_cast<const void*>(w.half.data()),
-      s == Storage::kInt8Split ? w.scales.data() : nullptr, w.rows, w.dim};
+  a.table = View(w, s);
   a.ids = tfce::IdsView{ids, true};
   a.weights = w.weights.data();
   a.bag_offsets = w.offsets.data();
@@ -336,6 +362,26 @@ int main(int argc, char** argv) {
     const _Float16 h = static_cast<_Float16>(w.fp32[i]);
     std::memcpy(&w.half[i], &h, 2);
   }
+  // The same int8 values as rowwise records; int4 records of their top
+  // nibbles (values only matter for the checksum-free timing: any valid
+  // record decodes at the same speed).
+  const int64_t bytes8 = tfce::RecordBytes(Storage::kInt8Rowwise, w.dim);
+  const int64_t bytes4 = tfce::RecordBytes(Storage::kInt4Rowwise, w.dim);
+  w.rec8.assign(w.rows * bytes8, 0);
+  w.rec4.assign(w.rows * bytes4, 0);
+  const _Float16 meta4[2] = {static_cast<_Float16>(0.17f),
+                             static_cast<_Float16>(-1.27f)};
+  for (int64_t r = 0; r < w.rows; ++r) {
+    uint8_t* rec = &w.rec8[r * bytes8];
+    std::memcpy(rec, &w.scales[r], 4);
+    std::memcpy(rec + 4, &w.q[r * w.dim], w.dim);
+    uint8_t* nib = &w.rec4[r * bytes4];
+    std::memcpy(nib, meta4, 4);
+    for (int64_t d = 0; d < w.dim; ++d) {
+      const uint8_t v = static_cast<uint8_t>((w.q[r * w.dim + d] + 128) >> 4);
+      nib[4 + d / 2] |= d % 2 ? v << 4 : v;
+    }
+  }
   std::uniform_int_distribution<int64_t> pick(0, w.rows - 1);
   const int64_t per_call = w.bags * w.per_bag;
   const int64_t pool_ids = std::max<int64_t>(per_call, 1 << 20);
@@ -368,10 +414,14 @@ int main(int argc, char** argv) {
                        float* o) { Shipped(w, s, ids, o, 0); }},
       {"6 +pref",
        [&](Storage s, const int64_t* ids, float* o) {
-         Shipped(w, s, ids, o,
-                 tfce::PrefetchDistance(s == Storage::kInt8Split ? w.dim : 2 * w.dim,
-                                        s == Storage::kInt8Split));
+         Shipped(w, s, ids, o, tfce::PrefetchDistance(View(w, s)));
        }},
+  };
+  const Storage all_formats[] = {Storage::kInt8Split, Storage::kFp16,
+                                 Storage::kInt8Rowwise, Storage::kInt4Rowwise};
+  // Steps 0-4 are written for the first two layouts only.
+  auto runs_step = [](Storage s, const std::string& step) {
+    return s == Storage::kInt8Split || s == Storage::kFp16 || step[0] >= '5';
   };
   std::printf("rows,dim,per_bag,format,step,ns_per_row\n");
   if (argc == 7) {  // prefetch distance sweep of the shipped kernel
@@ -380,15 +430,15 @@ int main(int argc, char** argv) {
       distances.push_back(std::strtoll(p, &p, 10));
       if (*p == ',') ++p;
     }
-    for (Storage s : {Storage::kInt8Split, Storage::kFp16}) {
+    for (Storage s : all_formats) {
       for (int64_t dist : distances) {
         const double ns = MedianNsPerRow(
             w,
             [&](const int64_t* ids, float* o) { Shipped(w, s, ids, o, dist); },
             repeats);
         std::printf("%lld,%lld,%lld,%s,prefetch=%lld,%.3f\n", (long long)w.rows,
-                    (long long)w.dim, (long long)w.per_bag,
-                    s == Storage::kInt8Split ? "int8" : "fp16", (long long)dist, ns);
+                    (long long)w.dim, (long long)w.per_bag, FormatName(s),
+                    (long long)dist, ns);
         std::fflush(stdout);
       }
     }
@@ -403,14 +453,15 @@ int main(int argc, char** argv) {
                 (long long)w.dim, (long long)w.per_bag,
                 prefetch ? "fp32+pref" : "fp32", fp32);
   }
-  for (Storage s : {Storage::kInt8Split, Storage::kFp16}) {
+  for (Storage s : all_formats) {
     for (const Step& step : steps) {
+      if (!runs_step(s, step.name)) continue;
       const double ns = MedianNsPerRow(
           w, [&](const int64_t* ids, float* o) { step.fn(s, ids, o); },
           repeats);
       std::printf("%lld,%lld,%lld,%s,%s,%.3f\n", (long long)w.rows,
-                  (long long)w.dim, (long long)w.per_bag,
-                  s == Storage::kInt8Split ? "int8" : "fp16", step.name.c_str(), ns);
+                  (long long)w.dim, (long long)w.per_bag, FormatName(s),
+                  step.name.c_str(), ns);
       std::fflush(stdout);
     }
   }

@@ -1,5 +1,8 @@
 """The kernel ladder (benchmarks/ladder.cc): ns per looked-up row for each
-technique step, int8 and fp16, with FP32 pooling as the baseline.
+technique step, int8 and fp16, with FP32 pooling as the baseline. Steps 0-4
+are written on the int8_split layout (0.1.0's int8: values, and scales in a
+separate array) and fp16; the shipped kernel (steps 5-6, and the prefetch
+sweep) also runs on the rowwise int8 and int4 records of the same values.
 
     python benchmarks/ladder.py [--quick]   # --quick: a smoke test, writes nothing
 
@@ -22,6 +25,9 @@ MIX = {12: 0.5, 16: 0.2, 32: 0.2, 64: 0.1}
 PREFETCH = [0, 8, 16, 32, 64, 128, 256]
 STEPS = ["0 naive", "1 simd", "2 +rem4", "3 +load", "4 +fused", "5 +shape",
          "6 +pref"]
+SHIPPED = ("5 +shape", "6 +pref")  # the steps every format runs
+# The formats of the CSV: those of every step, then those of SHIPPED only.
+FORMATS = ("int8_split", "fp16", "int8", "int4")
 
 
 def build(out_dir):
@@ -78,7 +84,11 @@ def main(argv=None):
 
     lines = [
         "ns per looked-up row (median of repeats; 512 bags x 20 ids, weighted "
-        "sum, uniform ids, 1 thread, AVX2 kernels). `mix` weighs dims "
+        "sum, uniform ids, 1 thread, AVX2 kernels). Steps 0-4 are written on "
+        "the int8_split layout (int8 values, scales in a separate array: "
+        "0.1.0's int8) and fp16; the shipped kernel (steps 5-6) also runs on "
+        "the int8 and int4 rowwise records (scale inline) of the same "
+        "values. `mix` weighs dims "
         + ", ".join(f"{d}: {s:.0%}" for d, s in MIX.items())
         + ". In brackets: the ratio to the faster of the two FP32 baselines "
         "(plain, and with the shipped kernel's prefetch) on the same table; "
@@ -86,29 +96,33 @@ def main(argv=None):
     for group, rows_for in tables:
         lines += [f"**{group}** (rows: " + ", ".join(
             f"d{d} {rows_for(d):,}" for d in MIX) + ")", "",
-                  *markdown.header(["step", *(f"int8 d{d}" for d in MIX),
-                                    "int8 mix", "fp16 mix"])]
+                  *markdown.header(["step", *(f"int8 split d{d}" for d in MIX),
+                                    *(f"{f.replace('_', ' ')} mix"
+                                      for f in FORMATS)])]
         fp32_mix = None
         for base in ("fp32", "fp32+pref"):
             fp32 = {d: ns(group, d, "fp32", base) for d in MIX}
             base_mix = sum(share * fp32[d] for d, share in MIX.items())
             fp32_mix = base_mix if fp32_mix is None else min(fp32_mix, base_mix)
             lines.append(f"| {base} baseline | " + " | ".join(
-                f"{fp32[d]:.1f}" for d in MIX) +
-                f" | {base_mix:.1f} | {base_mix:.1f} |")
+                f"{fp32[d]:.1f}" for d in MIX) + " | "
+                + " | ".join(f"{base_mix:.1f}" for _ in FORMATS) + " |")
         for step in STEPS:
-            cells = [f"{ns(group, d, 'int8', step):.1f}" for d in MIX]
-            m8, m16 = mix(group, "int8", step), mix(group, "fp16", step)
-            lines.append(f"| {step} | " + " | ".join(cells) +
-                         f" | {m8:.1f} ({m8 / fp32_mix:.2f}) | "
-                         f"{m16:.1f} ({m16 / fp32_mix:.2f}) |")
+            cells = [f"{ns(group, d, 'int8_split', step):.1f}" for d in MIX]
+            for fmt in FORMATS:
+                if step not in SHIPPED and fmt not in FORMATS[:2]:
+                    cells.append("–")
+                    continue
+                m = mix(group, fmt, step)
+                cells.append(f"{m:.1f} ({m / fp32_mix:.2f})")
+            lines.append(f"| {step} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += [f"**Prefetch distance sweep** (shipped AVX2 kernel, {big_label} "
               "table; ns per row)", "",
               *markdown.header(["format, dim", *PREFETCH])]
-    for fmt in ("int8", "fp16"):
+    for fmt in FORMATS:
         for dim in (12, 64):
-            lines.append(f"| {fmt}, {dim} | " + " | ".join(
+            lines.append(f"| {fmt.replace('_', ' ')}, {dim} | " + " | ".join(
                 f"{ns(big_label, dim, fmt, f'prefetch={p}'):.1f}" for p in PREFETCH) + " |")
     lines.append("")
     if args.quick:  # a smoke test: results and RESULTS.md are left alone
@@ -122,8 +136,14 @@ def main(argv=None):
             fp32_mix = min(sum(s * ns(group, d, "fp32", b) for d, s in MIX.items())
                            for b in ("fp32", "fp32+pref"))
             x = range(len(STEPS))
-            ax.plot(x, [mix(group, "int8", s) for s in STEPS], "o-", label="int8")
+            ax.plot(x, [mix(group, "int8_split", s) for s in STEPS], "o-",
+                    label="int8 split")
             ax.plot(x, [mix(group, "fp16", s) for s in STEPS], "s-", label="fp16")
+            shipped = [STEPS.index(s) for s in SHIPPED]
+            ax.plot(shipped, [mix(group, "int8", s) for s in SHIPPED], "^",
+                    label="int8 (rowwise)")
+            ax.plot(shipped, [mix(group, "int4", s) for s in SHIPPED], "v",
+                    label="int4 (rowwise)")
             ax.axhline(fp32_mix, color="gray", ls="--", label="fp32 (faster baseline)")
             ax.set_xticks(list(x), STEPS, rotation=30, ha="right")
             ax.set_title(f"{group} table, dim-12-heavy mix")

@@ -1,12 +1,14 @@
 """The Keras layer against Keras' own: a pooled multi-valued feature.
 
     python benchmarks/layer_bench.py [--rows 1000000] [--dim 16] [--bags 512] [--ids 20]
+    python benchmarks/layer_bench.py --quick   # smoke test: small, prints only
 
 Times one pooled lookup, `[bags, ids]` padded ids (id 0 = padding) to `[bags,
 D]` means, in inference (a `tf.function` over the model call), for:
 `keras.layers.Embedding(mask_zero=True)` + `GlobalAveragePooling1D` in FP32
 and after Keras' own `quantize("int8")`, and `tfce.layers.CompressedEmbedding
-(mask_zero=True, combiner="mean")` in FP32, INT8 and FP16. Medians over
+(mask_zero=True, combiner="mean")` in FP32, INT8, FP16 and (where the
+layer has the mode) INT4. Medians over
 repeats, variants interleaved in one process. Writes results/layer_bench.csv
 and the `layer` section of RESULTS.md.
 """
@@ -56,7 +58,13 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--calls", type=int, default=50, help="calls per repeat")
     parser.add_argument("--no-results", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="100k rows, 3 repeats x 10 calls; implies "
+                             "--no-results")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rows, args.repeats, args.calls = 100_000, 3, 10
+        args.no_results = True
     rng = np.random.default_rng(0)
     table = (rng.standard_normal((args.rows, args.dim)) * 0.05).astype(np.float32)
     lengths = rng.integers(1, args.ids + 1, args.bags)
@@ -72,6 +80,11 @@ def main(argv=None):
         "tfce CompressedEmbedding int8": tfce_pooled(args.rows, args.dim, table, "int8"),
         "tfce CompressedEmbedding fp16": tfce_pooled(args.rows, args.dim, table, "fp16"),
     }
+    try:  # the layer's int4 mode, where it has one
+        variants["tfce CompressedEmbedding int4"] = tfce_pooled(
+            args.rows, args.dim, table, "int4")
+    except (ValueError, NotImplementedError) as e:
+        print(f"tfce CompressedEmbedding int4 skipped: {e}")
     calls = {name: tf.function(lambda m=model: m(ids, training=False))
              for name, model in variants.items()}
     want = calls["keras Embedding + GAP1D fp32"]().numpy()

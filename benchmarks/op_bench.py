@@ -131,6 +131,7 @@ def build_parser():
     p.add_argument("--frameworks", default="tf,torch", help=argparse.SUPPRESS)
     p.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     p.add_argument("--proc-id", default="0", help=argparse.SUPPRESS)
+    p.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
     return p
 
 
@@ -206,6 +207,23 @@ def make_pool(rows, dist, length, bags, pool_ids, zipf_a):
     return ids.reshape(nb, n), w.reshape(nb, n)
 
 
+def table_cache(cache_dir, rows, dim):
+    """``cached(key, make)`` for the encodings of the (rows, dim) table:
+    make()'s numpy array, saved in ``cache_dir`` by the first worker that
+    makes it and loaded by the others (None: no cache, always make())."""
+    def cached(key, make):
+        if cache_dir is None:
+            return make()
+        path = os.path.join(cache_dir, f"{key}_{rows}x{dim}_{SEED}.npy")
+        if os.path.exists(path):
+            return np.load(path)
+        array = make()
+        np.save(path + ".part.npy", array)
+        os.replace(path + ".part.npy", path)
+        return array
+    return cached
+
+
 class RowStats:
     """Per-row magnitudes for the quantization error bounds."""
 
@@ -239,11 +257,36 @@ def _formats():
 FORMATS = _formats()
 
 
-def error_bound(stats, ids, w, bags, fmt, system, ref):
-    """Per-output-element tolerance: sum over the bag of |w| * row error."""
+def fbgemm4_row_error(maxabs, row_range, search):
+    """The largest |decode - x| in an FBGEMM 4-bit row (a tfce-independent
+    derivation from FBGEMM's prepack): the row's range [a, b] (its min/max,
+    or what the range search kept: at least (min_bins - 1) of its
+    FBGEMM4_NBINS steps, min_bins = int(NBINS * (1 - RATIO)), so at most
+    clip = (NBINS - min_bins + 1) / NBINS of the row's range is cut off);
+    bias = fp16(a), scale = fp16((b - bias) / 15). A value inside [bias,
+    bias + 15 scale] is within half a step, range / 30 (scale's float16
+    rounding included below); one outside (clipped) is within its distance
+    to the range, at most clip * range, plus the float16 roundings of the
+    bias (|a| 2^-11) and of the range's top (15 scale vs b - bias:
+    range 2^-11). The sum of all the terms bounds both cases."""
+    from op_bench_torch import FBGEMM4_NBINS, FBGEMM4_RATIO
+    clip = 0.0
+    if search:
+        min_bins = int(FBGEMM4_NBINS * (1.0 - FBGEMM4_RATIO))
+        clip = (FBGEMM4_NBINS - min_bins + 1) / FBGEMM4_NBINS
+    return (row_range / 30.0 + clip * row_range
+            + (maxabs + row_range) * 2.0 ** -10)
+
+
+def error_bound(stats, ids, w, bags, fmt, system, ref, fbgemm4_search=True):
+    """Per-output-element tolerance: sum over the bag of |w| * row error.
+
+    ``fbgemm4_search``: FBGEMM's 4-bit rows were packed with its range
+    search (op_bench_torch.fbgemm4_search), which may clip."""
     m = stats.maxabs[ids]
-    if fmt in FORMATS.FORMATS:  # tfce's int8 and fp16 (stock TF and FBGEMM
-        # fp16 store the same float16 values)
+    system = system.removesuffix("_1t")
+    if fmt in FORMATS.FORMATS:  # tfce's formats (stock TF and FBGEMM fp16
+        # store the same float16 values, the stock int8 path int8_split's)
         e = FORMATS.max_decode_error(fmt, m)
         if system == "pt_fp16_bag":  # fp16 weights as well
             e = e * 2.0
@@ -253,6 +296,8 @@ def error_bound(stats, ids, w, bags, fmt, system, ref):
         # (max - min) / 510 (embedding_bag_byte_prepack in FBGEMM's
         # QuantUtils).
         e = stats.range[ids] / 510.0
+    elif fmt == "fbgemm4":
+        e = fbgemm4_row_error(m, stats.range[ids], fbgemm4_search)
     else:
         e = np.zeros_like(m)
     f32 = 1e-5 * m  # float32 accumulation, generous
@@ -267,7 +312,8 @@ def error_bound(stats, ids, w, bags, fmt, system, ref):
 # correctness: each system against a float64 reference, within its bound
 
 
-def check_outputs(systems, table, stats, ids_pool, w_pool, bags, warn):
+def check_outputs(systems, table, stats, ids_pool, w_pool, bags, warn,
+                  fbgemm4_search=True):
     """Each system's output for batch 0 against the float64 reference,
     within its format's error bound; {system: check columns}."""
     checks, refs = {}, {}
@@ -286,7 +332,8 @@ def check_outputs(systems, table, stats, ids_pool, w_pool, bags, warn):
         if s.name == REF:
             tf_ref_out = out
         tol = error_bound(stats, ids_pool[0], w, bags if pooled
-                          else ids_pool.shape[1], fmt, s.name, ref)
+                          else ids_pool.shape[1], fmt, s.name, ref,
+                          fbgemm4_search)
         diff = np.abs(out - ref)
         checks[s.name] = dict(
             max_abs_err=float(diff.max()),
@@ -309,9 +356,9 @@ def check_outputs(systems, table, stats, ids_pool, w_pool, bags, warn):
 # parent: run workers, merge, write CSV / markdown / chart
 
 
-def worker_cmd(args, threads, frameworks, out, proc_id):
+def worker_cmd(args, threads, frameworks, out, proc_id, cache_dir):
     cmd = [sys.executable, os.path.join(HERE, "op_bench_worker.py"),
-           "--worker",
+           "--worker", "--cache-dir", cache_dir,
            "--threads", str(threads), "--frameworks", frameworks,
            "--worker-out", out, "--proc-id", proc_id,
            "--rows", ",".join(map(str, args.rows)),
@@ -371,10 +418,14 @@ def parent_main(args):
                   f"{len(runs)} worker process(es)")
     records, metas = [], []
     with tempfile.TemporaryDirectory() as tmp:
+        # Encoded tables that are slow to make (int4's and FBGEMM 4-bit's
+        # range searches), shared by the workers.
+        cache_dir = os.path.join(tmp, "tables")
+        os.makedirs(cache_dir)
         for threads, fws, proc_id in runs:
             out = os.path.join(tmp, f"{proc_id}.json")
             data = workers.run_worker(
-                worker_cmd(args, threads, fws, out, proc_id),
+                worker_cmd(args, threads, fws, out, proc_id, cache_dir),
                 workers.child_env(threads), out,
                 os.path.join(tmp, f"{proc_id}.log"),
                 f"worker for {threads} thread(s) ({fws})")

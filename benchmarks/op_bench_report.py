@@ -1,11 +1,12 @@
 """op_bench.py's report: the per-system rows of the CSV (medians, ns per
 row, GB/s, same-process speedups), the markdown section and the chart."""
+import csv
 import datetime
 import os
 import statistics
 import sys
 
-from _harness import charts, host
+from _harness import charts, host, results
 from _harness import markdown as md
 from _harness.timing import geomean
 from op_bench_systems import NOPOOL_REF, REF, SHORT, SYSTEMS, row_bytes
@@ -138,8 +139,139 @@ def pair_speedup(rows, index, a, b, threads, minus_floor=False):
     return f"{g:.2f}×{used}"
 
 
-SCALING = (("tfce_int8", "tfce int8"), ("tfce_fp16", "tfce fp16"),
-           ("pt_int8_bag", "FBGEMM int8"), ("pt_fp16_bag", "FBGEMM fp16"))
+SCALING = (("tfce_int8", "tfce int8"), ("tfce_int4", "tfce int4"),
+           ("tfce_fp16", "tfce fp16"), ("pt_int8_bag", "FBGEMM int8"),
+           ("pt_int4_bag", "FBGEMM int4"), ("pt_fp16_bag", "FBGEMM fp16"))
+
+# The issue's targets: (tfce system, FBGEMM system, the largest geometric
+# mean of tfce's time / FBGEMM's over the cells with L = 20 and 80, whether
+# no such cell may be slower than FBGEMM).
+TARGETS = (("tfce_int8", "pt_int8_bag", 0.8, True),
+           ("tfce_int4", "pt_int4_bag", 1.0, False))
+TARGET_LENS = (20, 80)
+
+
+def time_ratio(index, cell, a, b):
+    """a's time / b's time in ``cell`` ((threads, R, D, L, dist)), or None."""
+    ra, rb = index.get((*cell, a)), index.get((*cell, b))
+    return ra["ns_per_row"] / rb["ns_per_row"] if ra and rb else None
+
+
+def target_lines(rows, index):
+    """Per thread count: tfce's time over FBGEMM's for each target pair in
+    every cell with L = 20 or 80, their geometric means, and the cells
+    slower than FBGEMM."""
+    out = []
+    for t in sorted({r["threads"] for r in rows}):
+        cells = sorted({(t, r["rows"], r["dim"], r["L"], r["dist"])
+                        for r in rows if r["threads"] == t
+                        and r["L"] in TARGET_LENS},
+                       key=lambda c: (c[1], c[4], c[3], c[2]))
+        pairs = [p for p in TARGETS
+                 if any(time_ratio(index, c, p[0], p[1]) for c in cells)]
+        if not pairs:
+            continue
+        out += [f"### Targets, {t} thread{'s' if t > 1 else ''}: tfce's time "
+                "over FBGEMM's\n",
+                "Each cell: tfce's ns/row / FBGEMM's in the same process "
+                "(< 1: tfce faster; **bold**: slower than FBGEMM). Targets "
+                "at 1 thread: " + "; ".join(
+                    f"{SHORT[a]} / {SHORT[b]} ≤ {limit:g} (geometric mean "
+                    f"over L = {' and '.join(map(str, TARGET_LENS))})"
+                    + (", and no cell above 1" if strict else "")
+                    for a, b, limit, strict in pairs) + ".\n",
+                *md.header(["R", "D", "L", "ids", *(
+                    f"{SHORT[a]} / {SHORT[b]}" for a, b, _, _ in pairs)])]
+        for cell in cells:
+            ratios = [time_ratio(index, cell, a, b) for a, b, _, _ in pairs]
+            if not any(ratios):
+                continue
+            out.append(md.row([fmt_rows(cell[1]), cell[2], cell[3], cell[4], *(
+                "–" if x is None else (f"**{x:.2f}**" if x > 1 else f"{x:.2f}")
+                for x in ratios)]))
+        summary = []
+        for a, b, limit, strict in pairs:
+            ratios = [time_ratio(index, c, a, b) for c in cells]
+            ratios = [x for x in ratios if x]
+            g = geomean(ratios)
+            slower = sum(x > 1 for x in ratios)
+            met = g <= limit and not (strict and slower)
+            summary.append(
+                f"{SHORT[a]} / {SHORT[b]}: geometric mean {g:.2f} over "
+                f"{len(ratios)} cells (target ≤ {limit:g}), {slower} "
+                f"cell{'s' if slower != 1 else ''} slower than FBGEMM"
+                + (f" — {'met' if met else 'NOT met'}" if t == 1 else ""))
+        out.append(md.row(["geometric mean", "", "", "", *(
+            f"{geomean([time_ratio(index, c, a, b) or '' for c in cells]):.2f}"
+            for a, b, _, _ in pairs)]))
+        out += ["", "; ".join(summary) + ".", ""]
+    return out
+
+
+# Each system's layout in benchmarks/gather_limit.py.
+LIMIT_LAYOUT = {"tfce_int8": "int8", "tfce_int4": "int4", "tfce_fp16": "fp16",
+                "tfce_int8_split": "int8_split", "pt_int8_bag": "fbgemm8",
+                "pt_int4_bag": "fbgemm4"}
+
+
+def gather_limits(path=None):
+    """{(threads, dim, pages, layout): limit ns/row} from the last
+    gather_limit.py run on this machine's CPU (results/gather_limit.csv,
+    2M rows, L = 80), and its row count; ({}, None) if there is none."""
+    path = path or os.path.join(results.RESULTS_DIR, "gather_limit.csv")
+    try:
+        with open(path, newline="") as f:
+            found = list(csv.DictReader(f))
+    except OSError:
+        return {}, None
+    found = [r for r in found if r.get("cpu_model") == host.cpu_model()
+             and r["what"] == "touch"]
+    limits = {}
+    for r in found:
+        key = (int(r["threads"]), int(r["dim"]), r["pages"], r["layout"])
+        ns = float(r["ns_per_row"])
+        limits[key] = min(ns, limits.get(key, ns))
+    return limits, (int(found[0]["rows"]) if found else None)
+
+
+def limit_lines(rows, index, meta, limits, limit_rows):
+    """Op-level time over the random-gather limit of each system's own
+    layout (gather_limit.py, same CPU, an earlier run) on the cells of the
+    same workload: the largest table, L = 80, uniform ids."""
+    cells = sorted({(r["threads"], r["rows"], r["dim"], r["L"], r["dist"])
+                    for r in rows if r["rows"] == limit_rows and r["L"] == 80
+                    and r["dist"] == "uniform"})
+    systems = [n for n in LIMIT_LAYOUT if any(r["system"] == n for r in rows)]
+    if not limits or not cells or not systems:
+        return []
+    tfce_pages = "2M" if meta.get("tfce_huge_pages") == "on" else "4K"
+    out = ["### Op-level time over the random-gather limit of its own layout\n",
+           f"Cells with the {fmt_rows(limit_rows)}-row table, L = 80, uniform "
+           "ids (the workload of `gather_limit.py`): ns/row and, in brackets, "
+           "over the limit of the system's layout from the last "
+           "`gather_limit.py` run on this CPU (results/gather_limit.csv; a "
+           "separate run, so a cross-run ratio). Pages: tfce's tables "
+           f"{'2 MiB' if tfce_pages == '2M' else '4 KiB'} (the ops' huge "
+           "pages " + meta.get("tfce_huge_pages", "?") + "), torch's 4 KiB. "
+           "Target: ≤ 1.3 for tfce int8 and int4.\n",
+           *md.header(["threads", "D", *(SHORT[n] for n in systems)])]
+    for cell in cells:
+        t, _, dim, _, _ = cell
+        parts = []
+        for n in systems:
+            r = index.get((*cell, n))
+            pages = tfce_pages if n.startswith("tfce") else "4K"
+            limit = limits.get((t, dim, pages, LIMIT_LAYOUT[n]))
+            if r is None:
+                parts.append("–")
+            elif limit is None:
+                parts.append(fmt_num(r["ns_per_row"]))
+            else:
+                parts.append(f"{fmt_num(r['ns_per_row'])} "
+                             f"({r['ns_per_row'] / limit:.2f})")
+        out.append(md.row([t, dim, *parts]))
+    out.append("")
+    return out
 
 
 def thread_scaling_lines(rows, index):
@@ -260,7 +392,8 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
         ref_name = (" (vs tf.gather)" if SYSTEMS[n][2] == "nopool"
                     else "")
         add(md.row([f"{SYSTEMS[n][0]}{ref_name}", *vals]))
-    for a, b in (("tfce_int8", "pt_int8_bag"), ("tfce_fp16", "pt_fp16_bag"),
+    for a, b in (("tfce_int8", "pt_int8_bag"), ("tfce_int4", "pt_int4_bag"),
+                 ("tfce_fp16", "pt_fp16_bag"), ("tfce_int8", "tfce_int8_split"),
                  ("tfce_int8", "tf_naive_int8"), ("tfce_int8", "pt_fp32_bag"),
                  ("tfce_lookup_int8", "tf_naive_lookup_int8"),
                  ("tfce_lookup_fp16", "tf_naive_lookup_fp16")):
@@ -269,6 +402,7 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
         if any(v != "–" for v in vals):
             add(md.row([f"*{SHORT[a]} speedup over {SHORT[b]}*", *vals]))
     floor_pairs = (("tfce_int8", "tf_elsparse_fp32"),
+                   ("tfce_int4", "tf_elsparse_fp32"),
                    ("tfce_fp16", "tf_elsparse_fp32"),
                    ("tfce_lookup_int8", "tf_naive_lookup_int8"),
                    ("tfce_lookup_fp16", "tf_naive_lookup_fp16"))
@@ -305,8 +439,9 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
                 fmt_num(fl["ns_per_row"]) if fl else "–"]))
         add("")
         add(f"GB/s of logical table bytes touched ({t} thread"
-            f"{'s' if t > 1 else ''}; fp32 4D, fp16 2D, int8 D+4 incl. the "
-            "scale, FBGEMM int8 D+8):\n")
+            f"{'s' if t > 1 else ''}; fp32 4D, fp16 2D, int8 and int8 split "
+            "D+4 incl. the scale, int4 ceil(D/2)+4, FBGEMM int8 D+8, FBGEMM "
+            "int4 ceil(D/2)+4):\n")
         lines.extend(md.header(["R", "D", "L", "ids",
                                 *(SHORT[c] for c in cols)]))
         for (R, D, L, dist) in cells:
@@ -332,12 +467,21 @@ def markdown(rows, metas, args, elapsed, torch_mode, chart_rel):
                     fmt_num(ref["ns_per_row"]) if ref else "–"]))
             add("")
     bad = [r for r in rows if r["check_ok"] is False]
+    lines.extend(target_lines(rows, index))
+    limits, limit_rows = gather_limits()
+    lines.extend(limit_lines(rows, index, meta, limits, limit_rows))
     lines.extend(thread_scaling_lines(rows, index))
     add("### Correctness\n")
     add("Once per cell, each system's output for one batch is compared with a "
         "float64 numpy reference on the fp32 table, against the format's "
-        "worst-case quantization bound (Σ|w|·row error: int8 max|row|/254, "
-        "FBGEMM int8 (max−min)/510, fp16 max|row|·2⁻¹¹, plus fp32 rounding). "
+        "worst-case quantization bound (Σ|w|·row error: int8 and int8 split "
+        "max|row|/254, int4 `max_decode_error` (half a step, max|row|/15, plus "
+        "what its range search may clip, 0.32·max|row|, plus float16 "
+        "rounding), fp16 max|row|·2⁻¹¹ (tfce's, "
+        "tf_compressed_embedding/quantization.py), FBGEMM int8 (max−min)/510, "
+        "FBGEMM int4 (max−min)·(1/30 + 33/200) + (max|row| + max−min)·2⁻¹⁰ "
+        "with its range search (which keeps at least 167 of 200 steps of the "
+        "range: `fbgemm4_row_error` in op_bench.py), plus fp32 rounding). "
         "The CSV has max_abs_err, err_over_bound (≤ 1 passes) and, for pooled "
         "systems, max_abs_diff_vs_tf_fp32. A fixed threshold such as 0.05 "
         "would flag int8 from L = 20 on unit-variance tables (the rounding "
@@ -387,8 +531,9 @@ def chart(path, rows):
     colors = {"tf_elsparse_fp32": "#7f7f7f", "tf_gather_segsum_fp32": "#bcbd22",
               "tf_naive_fp16": "#c5b0d5", "tf_naive_int8": "#9467bd",
               "tfce_fp16": "#98df8a", "tfce_int8": "#2ca02c",
+              "tfce_int4": "#17becf", "tfce_int8_split": "#c7e9c0",
               "pt_fp32_bag": "#aec7e8", "pt_fp16_bag": "#6baed6",
-              "pt_int8_bag": "#1f77b4"}
+              "pt_int8_bag": "#1f77b4", "pt_int4_bag": "#08306b"}
     fig, axes = plt.subplots(len(threads), len(dists), squeeze=False,
                              figsize=(5.5 * len(dists) + 1.5,
                                       3.6 * len(threads)), sharey=True)

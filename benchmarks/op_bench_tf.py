@@ -3,6 +3,8 @@ in-graph (one tf.function call runs n consecutive batches in a sequential
 tf.while_loop)."""
 import os
 
+import numpy as np
+
 from _harness.timing import Timed
 
 
@@ -40,11 +42,18 @@ class TFTables:
     Each variable is read in one way only: the tfce ops and Keras read theirs
     densely (no copy: nothing ever gathers from them, so they never enter
     copy-on-read mode); the stock paths have their own copies and read them
-    only with ResourceGather (tf.gather on a ResourceVariable)."""
+    only with ResourceGather (tf.gather on a ResourceVariable).
 
-    def __init__(self, tf, tfce, table, want):
+    ``ct``: {format: CompressedTable} for the tfce formats the wanted
+    systems use, each ``tfce.quantize(table, format)`` (made from
+    ``quantization.encode``, as quantize does, so that ``cached(key, make)``
+    can keep int4's slow range search across the worker processes)."""
+
+    def __init__(self, tf, tfce, table, want, cached=None):
+        from op_bench_systems import SYSTEMS
+        from tf_compressed_embedding import quantization
         self.dim = table.shape[1]
-        self.ct8 = self.ct16 = self.keras = None
+        self.ct, self.keras = {}, None
         if "keras_int8" in want:
             # first: Keras' quantize() has the largest temporaries, and the
             # memory it frees is reused by the copies below (lower peak)
@@ -57,18 +66,38 @@ class TFTables:
             emb.quantize("int8")
             self.keras = emb
         self.v32 = tf.Variable(table, trainable=False, name="fp32")
-        need8 = any(n in want for n in ("tfce_int8", "tfce_int8_1t",
-                                        "tfce_lookup_int8", "tf_naive_int8"))
-        need16 = any(n in want for n in ("tfce_fp16", "tfce_fp16_1t",
-                                         "tfce_lookup_fp16", "tf_naive_fp16"))
-        if need8:
-            self.ct8 = tfce.quantize(table, "int8")
-            # stock naive int8: its own copies of the same bytes
-            self.q8 = tf.Variable(self.ct8.data.numpy(), trainable=False)
-            self.s8 = tf.Variable(self.ct8.scales.numpy(), trainable=False)
-        if need16:
-            self.ct16 = tfce.quantize(table, "fp16")
-            self.h16 = tf.Variable(self.ct16.data.numpy(), trainable=False)
+        formats = {SYSTEMS[n][3] for n in want if n.startswith("tfce_")}
+        # The stock paths' own copies: int8 values with separate scales
+        # (int8_split: a stock-op decode of the rowwise records would need
+        # bitcasts of byte slices) and float16 values.
+        need_split = any(n in want for n in ("tf_naive_int8",
+                                             "tf_naive_lookup_int8"))
+        need_half = any(n in want for n in ("tf_naive_fp16",
+                                            "tf_naive_lookup_fp16"))
+        for fmt in sorted(formats | ({"int8_split"} if need_split else set())
+                          | ({"fp16"} if need_half else set())):
+            def make(fmt=fmt):
+                return quantization.encode(table, fmt)
+            if fmt == "int4" and cached is not None:
+                data = cached("tfce_int4", lambda: make()[0])
+                scales = np.zeros(quantization.scales_shape(fmt, len(data)),
+                                  np.float32)
+            else:
+                data, scales = make()
+            self.ct[fmt] = tfce.CompressedTable(data, scales, fmt,
+                                                dim=self.dim)
+        if need_split:
+            self.q8 = tf.Variable(self.ct["int8_split"].data.numpy(),
+                                  trainable=False)
+            self.s8 = tf.Variable(self.ct["int8_split"].scales.numpy(),
+                                  trainable=False)
+            if "int8_split" not in formats:
+                del self.ct["int8_split"]
+        if need_half:
+            self.h16 = tf.Variable(self.ct["fp16"].data.numpy(),
+                                   trainable=False)
+            if "fp16" not in formats:
+                del self.ct["fp16"]
 
 
 def tf_step_fns(tf, tfce, tabs, bags):
@@ -129,16 +158,16 @@ def tf_step_fns(tf, tfce, tabs, bags):
     fns = {"tf_elsparse_fp32": elsparse,
            "tf_gather_segsum_fp32": gather_segsum,
            "tf_gather_fp32": gather, "tf_loop_floor": floor}
-    if tabs.ct8 is not None:
-        fns.update(tf_naive_int8=naive_int8, tfce_int8=fused(tabs.ct8),
-                   tfce_int8_1t=fused(tabs.ct8, max_threads=1),
-                   tfce_lookup_int8=lookup(tabs.ct8),
+    if hasattr(tabs, "q8"):
+        fns.update(tf_naive_int8=naive_int8,
                    tf_naive_lookup_int8=naive_lookup_int8)
-    if tabs.ct16 is not None:
-        fns.update(tf_naive_fp16=naive_fp16, tfce_fp16=fused(tabs.ct16),
-                   tfce_fp16_1t=fused(tabs.ct16, max_threads=1),
-                   tfce_lookup_fp16=lookup(tabs.ct16),
+    if hasattr(tabs, "h16"):
+        fns.update(tf_naive_fp16=naive_fp16,
                    tf_naive_lookup_fp16=naive_lookup_fp16)
+    for fmt, ct in tabs.ct.items():
+        fns[f"tfce_{fmt}"] = fused(ct)
+        fns[f"tfce_{fmt}_1t"] = fused(ct, max_threads=1)
+        fns[f"tfce_lookup_{fmt}"] = lookup(ct)
     if tabs.keras is not None:
         fns["keras_int8"] = keras_int8
     return fns

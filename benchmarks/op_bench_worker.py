@@ -14,7 +14,7 @@ import numpy as np
 import op_bench
 from _harness.timing import measure
 from op_bench import (RowStats, check_outputs, make_pool, make_table,
-                      system_selected)
+                      system_selected, table_cache)
 from op_bench_systems import REF, SHORT, SYSTEMS
 
 
@@ -60,10 +60,13 @@ def worker_main(args):
         import op_bench_tf
         tf, tfce, versions = op_bench_tf.setup(threads)
         meta.update(versions)
+    fbgemm4_search = True
     if "torch" in frameworks:
         import op_bench_torch
         torch, versions = op_bench_torch.setup(threads, console)
         meta.update(versions)
+        if torch is not None:
+            fbgemm4_search = op_bench_torch.fbgemm4_search(torch)
     bags = args.bags
     warmup_s, target_s = args.warmup_ms / 1e3, args.target_ms / 1e3
     cells = [(r, d, dist, L) for r in args.rows for d in args.dims
@@ -88,10 +91,13 @@ def worker_main(args):
                 stats = RowStats(table)
                 want = [n for n in SYSTEMS if system_selected(args, n)
                         and (SYSTEMS[n][2] != "nopool" or 1 in args.lens)]
+                cached = table_cache(args.cache_dir, rows, dim)
                 if tf is not None:
-                    tabs_tf = op_bench_tf.TFTables(tf, tfce, table, want)
+                    tabs_tf = op_bench_tf.TFTables(tf, tfce, table, want,
+                                                   cached)
                 if torch is not None:
-                    tabs_pt = op_bench_torch.TorchTables(torch, table, want)
+                    tabs_pt = op_bench_torch.TorchTables(torch, table, want,
+                                                         cached)
                 current = (rows, dim)
             progress.update(task, description=f"{cell_name}: ids")
             ids_pool, w_pool = make_pool(rows, dist, length, bags,
@@ -113,7 +119,8 @@ def worker_main(args):
             checks = check_outputs(
                 systems, table, stats, ids_pool, w_pool, bags,
                 lambda text, cell_name=cell_name: console.print(
-                    f"[bold red]WARNING[/] {cell_name} {text}"))
+                    f"[bold red]WARNING[/] {cell_name} {text}"),
+                fbgemm4_search)
             # timing
             measure(systems, args.repeats, warmup_s, target_s,
                     on_step=lambda m, cell_name=cell_name: progress.update(
@@ -130,8 +137,9 @@ def worker_main(args):
             if REF in med:
                 tf_time = med[REF] / (bags * length) * 1e9
                 best = {k: med[REF] / v for k, v in med.items()
-                        if k in ("tfce_int8", "tfce_fp16", "tf_naive_int8",
-                                 "pt_int8_bag", "tfce_lookup_int8")}
+                        if k in ("tfce_int8", "pt_int8_bag", "tfce_int4",
+                                 "pt_int4_bag", "tfce_fp16",
+                                 "tfce_int8_split", "tfce_lookup_int8")}
                 progress.console.print(
                     f"  {cell_name}: elsparse {tf_time:.1f} ns/row; speedup "
                     + ", ".join(f"{SHORT[k]} {v:.2f}x" for k, v in best.items()))

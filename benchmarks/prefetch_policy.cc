@@ -6,7 +6,8 @@
 //
 // Usage: prefetch_policy ROWS DIM IDS_PER_BAG REPEATS
 // CSV on stdout: storage,prefetch,ns_per_row,policy (the distance the ops
-// use for this table and bag length).
+// use for this table and bag length), for each storage format: int8 and int4
+// (rowwise records), fp16, int8_split.
 #include "kernels/core/prefetch_policy.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -46,21 +48,45 @@ int main(int argc, char** argv) {
       static_cast<int>(std::max<int64_t>(4, 1000000 / (kBags * per_bag)));
 
   std::printf("storage,prefetch,ns_per_row,policy\n");
-  for (tfce::Storage storage : {tfce::Storage::kInt8Split, tfce::Storage::kFp16}) {
-    const bool int8 = storage == tfce::Storage::kInt8Split;
-    const size_t data_bytes = rows * dim * (int8 ? 1 : 2);
+  using tfce::Storage;
+  const struct {
+    Storage storage;
+    const char* name;
+  } formats[] = {{Storage::kInt8Rowwise, "int8"},
+                 {Storage::kInt4Rowwise, "int4"},
+                 {Storage::kFp16, "fp16"},
+                 {Storage::kInt8Split, "int8_split"}};
+  for (const auto& format : formats) {
+    const Storage storage = format.storage;
+    const bool split = storage == Storage::kInt8Split;
+    const size_t data_bytes = rows * tfce::RecordBytes(storage, dim);
     // Huge pages where the ops would ask for them (buffers of 4 MiB or more).
     void* data = bench::Table(data_bytes, data_bytes >= (size_t{4} << 20));
-    auto* scales = static_cast<float*>(
-        bench::Table(rows * 4, rows * 4 >= (size_t{4} << 20)));
-    std::fill(scales, scales + rows, 1.0f / 127);
-    if (!int8) {  // half 1.0
+    float* scales = nullptr;
+    // Valid rows (the rest is bytes of 1): fp16 1.0; int8 scales 1/127,
+    // inline or separate; int4 scale 1/15 and bias -0.5 as float16.
+    const float scale8 = 1.0f / 127;
+    const uint16_t meta4[2] = {0x2c44, 0xb800};
+    const int64_t stride = tfce::RecordBytes(storage, dim);
+    auto* bytes = static_cast<char*>(data);
+    if (split) {
+      scales = static_cast<float*>(
+          bench::Table(rows * 4, rows * 4 >= (size_t{4} << 20)));
+      std::fill(scales, scales + rows, scale8);
+    } else if (storage == Storage::kFp16) {
       std::fill(static_cast<uint16_t*>(data),
                 static_cast<uint16_t*>(data) + rows * dim, uint16_t{0x3c00});
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        if (storage == Storage::kInt8Rowwise) {
+          std::memcpy(bytes + r * stride, &scale8, 4);
+        } else {
+          std::memcpy(bytes + r * stride, meta4, 4);
+        }
+      }
     }
     tfce::PoolArgs args{};
-    args.table =
-        tfce::TableView{storage, data, int8 ? scales : nullptr, rows, dim};
+    args.table = tfce::TableView{storage, data, scales, rows, dim};
     args.weights = weights.data();
     args.bag_offsets = offsets.data();
     args.combiner = tfce::Combiner::kSum;
@@ -97,7 +123,7 @@ int main(int argc, char** argv) {
     for (size_t k = 0; k < distances.size(); ++k) {
       std::sort(ns[k].begin(), ns[k].end());
       std::printf(
-          "%s,%lld,%.3f,%lld\n", int8 ? "int8" : "fp16",
+          "%s,%lld,%.3f,%lld\n", format.name,
           static_cast<long long>(distances[k]), ns[k][ns[k].size() / 2],
           static_cast<long long>(tfce::PoolPrefetchRows(args.table, per_bag)));
     }

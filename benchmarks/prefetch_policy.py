@@ -20,6 +20,14 @@ from _harness.timing import geomean
 ROWS = (100_000, 400_000, 1_000_000, 2_000_000)
 DIMS = (8, 12, 16, 24, 32, 64, 128)
 LENS = (1, 8, 20, 80)
+# The storage formats benchmarks/prefetch_policy.cc runs, and the bytes one
+# row of each costs (tf_compressed_embedding/quantization.py's row_bytes).
+STORAGES = ("int8", "int4", "fp16", "int8_split")
+
+
+def row_bytes(storage, dim):
+    return {"int8": dim + 4, "int4": (dim + 1) // 2 + 4, "fp16": 2 * dim,
+            "int8_split": dim + 4}[storage]
 
 
 def build(out_dir):
@@ -54,16 +62,18 @@ def table_lines(results, rows, dims, lens, repeats):
         "flight; omitted where it is 16), **bold**: the one the ops choose "
         "(`PoolPrefetchRows`). The policy turns prefetch off for bags of 8 "
         "ids or more of a table of at most 8x one core's L2 with rows under "
-        "64 bytes.",
+        "64 bytes. Storages: int8 and int4 rowwise records (4 + D and 4 + "
+        "ceil(D/2) bytes, scale inline), fp16, int8_split (D bytes and a "
+        "separate 4-byte scale).",
         "",
         *markdown.header(["storage", "rows", "D", "ahead", "table MiB",
                           *(f"L = {L}" for L in lens)])]
     right = total = 0
     loss, gain = [], []
-    for storage in ("int8", "fp16"):
+    for storage in STORAGES:
         for r in rows:
             for d in dims:
-                mib = r * (d + 4 if storage == "int8" else 2 * d) / 2**20
+                mib = r * row_bytes(storage, d) / 2**20
                 row_cells, ahead = [], 16
                 for L in lens:
                     times, policy = cells[(storage, r, d, L)]

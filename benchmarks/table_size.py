@@ -2,9 +2,11 @@
 not grow with the table's size.
 
     python benchmarks/table_size.py
+    python benchmarks/table_size.py --quick   # smoke test: 10k and 100k rows,
+                                              # prints, RESULTS.md untouched
 
-Times FusedDecodeAxpy (int8, dim 64, 512 bags x 20 ids, all ids in rows
-[0, 1000)) on tables of 10k to 10M rows, in-graph. As a control it repeats
+Times FusedDecodeAxpy (int8 rowwise records, dim 64, 512 bags x 20 ids, all
+ids in rows [0, 1000)) on tables of 10k to 10M rows, in-graph. As a control it repeats
 the largest table after a tf.gather on its variable has put it in
 copy-on-read mode: first read the plain way (a dense read that copies the
 whole table on every call: what a copy costs), then the way tfce reads it
@@ -41,6 +43,24 @@ class PlainRead:
     def scales(self):
         return self.ct.scales.value()
 
+    @property
+    def format(self):
+        return self.ct.format
+
+    @property
+    def dim(self):
+        return self.ct.dim
+
+
+def int8_records(rng, rows):
+    """An int8 (rowwise) table of random values, scale 0.01: uint8 records
+    [float32 scale][DIM int8 values] (tf_compressed_embedding/quantization.py)."""
+    data = np.empty((rows, 4 + DIM), np.uint8)
+    data[:, :4] = np.full((rows, 1), 0.01, "<f4").view(np.uint8)
+    data[:, 4:] = rng.integers(-127, 128, (rows, DIM), dtype=np.int8).view(
+        np.uint8)
+    return data
+
 
 def time_per_call(ct, ids, seg, w):
     @tf.function
@@ -56,20 +76,25 @@ def time_per_call(ct, ids, seg, w):
 
 
 def main(argv=None):
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="10k and 100k rows only; prints, writes nothing")
+    args = parser.parse_args(argv)
+    sizes = ((10_000, 100_000) if args.quick
+             else (10_000, 100_000, 1_000_000, 10_000_000))
     rng = np.random.default_rng(0)
     n = BAGS * PER_BAG
     ids = tf.constant(rng.integers(0, HOT_ROWS, n), tf.int64)
     seg = tf.constant(np.repeat(np.arange(BAGS), PER_BAG), tf.int64)
     w = tf.constant(rng.uniform(0.5, 1.5, n).astype(np.float32))
-    lines = ["Same ids (all in rows [0, 1000)), int8, dim 64, 512 bags x 20 "
+    lines = ["Same ids (all in rows [0, 1000)), int8 (rowwise records), dim "
+             "64, 512 bags x 20 "
              "ids, 1 call = 1 batch timed in-graph; median µs per call.", "",
              *markdown.header(["table rows", "table MiB", "µs per call"])]
     ct = None
-    for rows in (10_000, 100_000, 1_000_000, 10_000_000):
-        data = rng.integers(-127, 128, (rows, DIM), dtype=np.int8)
-        scales = np.full(rows, 0.01, np.float32)
-        ct = tfce.CompressedTable(data, scales, "int8")
+    for rows in sizes:
+        ct = tfce.CompressedTable(int8_records(rng, rows),
+                                  np.zeros(0, np.float32), "int8", dim=DIM)
         us = time_per_call(ct, ids, seg, w)
         lines.append(f"| {rows:,} | {ct.nbytes / 2**20:,.1f} | {us:,.1f} |")
         print(lines[-1], flush=True)
@@ -87,6 +112,8 @@ def main(argv=None):
     lines.append(f"| {rows:,} in copy-on-read mode, tfce's read | "
                  f"{ct.nbytes / 2**20:,.1f} | {us:,.1f} |")
     print(lines[-1], flush=True)
+    if args.quick:
+        return
     results.replace_section(
         "table_size", "Latency does not grow with table size "
         "(`python benchmarks/table_size.py`)", "\n".join(lines))
