@@ -31,7 +31,9 @@ def _fused_decode_axpy_grad(op, grad):
     def weights_grad():
         combiner = op.get_attr("combiner").decode()
         rows = _ops_module.compressed_embedding_lookup(
-            table=table, scales=scales, ids=ids)
+            table=table, scales=scales, ids=ids,
+            row_format=op.get_attr("row_format").decode(),
+            dim=op.get_attr("dim"))
         g = tf.gather(grad, segment_ids)
         if combiner == "sum":
             return tf.reduce_sum(g * rows, axis=1)
