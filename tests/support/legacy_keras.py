@@ -65,7 +65,7 @@ def _package_env(isa=None):
     return env
 
 
-def _build_model(rng):
+def build_model(rng):
     import keras
 
     from tf_compressed_embedding.layers import CompressedEmbedding
@@ -161,7 +161,7 @@ def build(out_dir):
 
     os.makedirs(out_dir)
     rng = np.random.default_rng(23)
-    model = _build_model(rng)
+    model = build_model(rng)
     model.save(os.path.join(out_dir, "model.keras"))
     model.export(os.path.join(out_dir, "export"), verbose=False)
     np.savez(os.path.join(out_dir, "feeds.npz"), **_feeds(rng))

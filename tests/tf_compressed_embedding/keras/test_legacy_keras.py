@@ -13,6 +13,7 @@ TFCE_ISA set, and a row the host lacks, or that the writing host lacked, is
 skipped and says so.
 """
 import os
+import zipfile
 
 import keras
 import legacy_keras
@@ -67,3 +68,23 @@ def test_legacy_int8_layers_load_as_int8_records():
                      in legacy_keras.LAYERS.items()}
     # Saved again, it is an ordinary file of the current version.
     assert model.get_layer("mean_int8").get_config()["quantization_mode"] == "int8"
+
+
+def test_legacy_weights_file_loads_into_a_model_built_now(tmp_path):
+    # model.load_weights() of 0.1.0's weights (the .weights.h5 inside the
+    # .keras file) into the same model built and quantized with the current
+    # code: its "int8" layers take the split layout too. This process runs
+    # the default kernel row.
+    with zipfile.ZipFile(os.path.join(LEGACY, "model.keras")) as archive:
+        archive.extract("model.weights.h5", tmp_path)
+    model = legacy_keras.build_model(np.random.default_rng(0))
+    model.load_weights(os.path.join(tmp_path, "model.weights.h5"))
+    recorded = os.path.join(LEGACY, f"outputs_{tfce.active_isa()}.npz")
+    if not os.path.exists(recorded):
+        pytest.skip(f"the host that wrote {LEGACY} had no "
+                    f"{tfce.active_isa()} kernels")
+    outputs = model(legacy_keras.load_feeds(LEGACY))
+    with np.load(recorded) as want:
+        for name, got in outputs.items():
+            np.testing.assert_array_equal(np.asarray(got), want[f"keras|{name}"],
+                                          err_msg=name, strict=True)
