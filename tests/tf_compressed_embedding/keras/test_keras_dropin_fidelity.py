@@ -10,7 +10,7 @@ import tensorflow as tf
 from tf_compressed_embedding import quantization
 from tf_compressed_embedding.layers import (CompressedEmbedding,
                                             UnsupportedQuantizationModeError)
-from layer_testing import MODES
+from layer_testing import KERAS_INT4_BLOCKS, MODES, NO_INT4_BLOCKS
 
 V, D = 10, 3
 
@@ -77,6 +77,8 @@ def test_mask_zero(mode):
     # Keras 3.15's int4 names carry a block size; a row is one block here.
     ("int4/128_from_float32", "int4"), ("int4/-1_from_mixed_bfloat16", "int4")])
 def test_keras_quantized_policy_builds_a_compressed_layer(policy, mode):
+    if "/" in policy and not KERAS_INT4_BLOCKS:
+        pytest.skip(NO_INT4_BLOCKS)
     # What the config of a layer Keras quantized carries.
     stock = keras.layers.Embedding(V, D, dtype=policy)
     stock.build()

@@ -15,7 +15,8 @@ from tf_compressed_embedding.keras import keras_int4_to_tfce, keras_int8_to_tfce
 from tf_compressed_embedding.layers import (CompressedEmbedding,
                                             UnsupportedQuantizationModeError,
                                             quantize_embeddings)
-from layer_testing import D, EPS32, L, MODES, V, set_table
+from layer_testing import (D, EPS32, KERAS_INT4_BLOCKS, L, MODES,
+                           NO_INT4_BLOCKS, V, set_table)
 
 UNKNOWN_MODE = f"must be one of {', '.join(repr(m) for m in MODES)}"
 
@@ -108,19 +109,20 @@ class QuantizeTest(tf.test.TestCase, parameterized.TestCase):
         layer.build()
         custom = keras.quantizers.Int8QuantizationConfig(
             weight_quantizer=keras.quantizers.AbsMaxQuantizer(axis=0))
-        for mode, config, match in (
-                ("int8", custom, "no custom quantization config"),
-                ("int8", Int4QuantizationConfig(), "no custom quantization"),
-                ("int4", Int4QuantizationConfig(block_size=D - 1),
-                 f"block_size={D - 1} would split the {D} values")):
+        refused = [("int8", custom, "no custom quantization config"),
+                   ("int8", Int4QuantizationConfig(), "no custom quantization")]
+        taken = [("int8", keras.quantizers.Int8QuantizationConfig()),
+                 ("int4", Int4QuantizationConfig())]
+        if KERAS_INT4_BLOCKS:
+            refused.append(("int4", Int4QuantizationConfig(block_size=D - 1),
+                            f"block_size={D - 1} would split the {D} values"))
+            taken += [("int4", Int4QuantizationConfig(block_size=-1)),
+                      ("int4", Int4QuantizationConfig(block_size=D))]
+        for mode, config, match in refused:
             with self.assertRaisesRegex(ValueError, match):
                 layer.quantize(mode, config=config)
         self.assertIsNone(layer.quantization_mode)
-        for mode, config in (
-                ("int8", keras.quantizers.Int8QuantizationConfig()),
-                ("int4", Int4QuantizationConfig()),
-                ("int4", Int4QuantizationConfig(block_size=-1)),
-                ("int4", Int4QuantizationConfig(block_size=D))):
+        for mode, config in taken:
             layer = CompressedEmbedding(V, D)
             layer.build()
             layer.quantize(mode, config=config)
@@ -300,6 +302,8 @@ class QuantizeEmbeddingsTest(tf.test.TestCase, parameterized.TestCase):
         # block as wide as a row, and per-channel (Keras 3.13's only way).
         None, D, -1)
     def test_model_keras_quantized_itself_to_int4(self, block_size):
+        if block_size is not None and not KERAS_INT4_BLOCKS:
+            self.skipTest(NO_INT4_BLOCKS)
         model = stock_model()
         config = (None if block_size is None
                   else Int4QuantizationConfig(block_size=block_size))
@@ -328,7 +332,7 @@ class QuantizeEmbeddingsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertTrue((err <= bound + 4 * EPS32 * np.abs(want)).all(),
                         (err - bound).max())
         self.assertGreater(err.max(), 0)  # float16 rounding is seen
-        if block_size == -1:
+        if block_size == -1 or not KERAS_INT4_BLOCKS:
             # Per-channel rows are multiples of the rounded scale: exact
             # zeros where Keras has them.
             self.assertAllEqual(got == 0, want == 0)
@@ -341,6 +345,8 @@ class QuantizeEmbeddingsTest(tf.test.TestCase, parameterized.TestCase):
                             rtol=1e-3, atol=1e-3)
 
     def test_keras_int4_groups_narrower_than_a_row_are_refused(self):
+        if not KERAS_INT4_BLOCKS:
+            self.skipTest(NO_INT4_BLOCKS)
         model = stock_model()
         model.get_layer("item_emb").quantize(
             "int4", config=Int4QuantizationConfig(block_size=4))
