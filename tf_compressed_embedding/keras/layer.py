@@ -1,10 +1,12 @@
 """Keras 3 layer over compressed embedding tables: `CompressedEmbedding`.
 
 A drop-in for ``keras.layers.Embedding`` that trains a float32 table like
-Keras does and, after :meth:`CompressedEmbedding.quantize`, serves it from an
-INT8 (one float32 scale per row) or FP16 table through the package's ops.
-With a ``combiner`` it also pools multi-valued features (padded, ragged or
-sparse bags of ids) into one vector per example, fused with the decoding.
+Keras does and, after :meth:`CompressedEmbedding.quantize`, serves it through
+the package's ops from a table in a format of
+``tf_compressed_embedding.quantization`` (``"int8"``, ``"int4"``, ``"fp16"``,
+``"int8_split"``; ``model.quantize("int8" | "int4")`` reaches it). With a
+``combiner`` it also pools multi-valued features (padded, ragged or sparse
+bags of ids) into one vector per example, fused with the decoding.
 
     import keras
     import tf_compressed_embedding as tfce
@@ -14,8 +16,8 @@ sparse bags of ids) into one vector per example, fused with the decoding.
     layer = CompressedEmbedding(10000, 32, mask_zero=True, combiner="mean")
     pooled = layer(ids)
     ...build the model, train it as usual...
-    layer.quantize("int8")                                 # in place, or
-    served = tfce.layers.quantize_embeddings(model, "int8")  # a copy
+    layer.quantize("int8")            # in place ("int4", "fp16"), or
+    served = tfce.layers.quantize_embeddings(model, "int4")  # a copy
 
 Ids. Ids must be integers in ``[-input_dim, input_dim)``; a negative id ``i``
 means row ``input_dim + i``, as in ``keras.layers.Embedding`` (whose
@@ -38,34 +40,26 @@ import tensorflow as tf
 from tf_compressed_embedding import _bags
 from tf_compressed_embedding import ops as tfce_ops
 from tf_compressed_embedding import quantization, supported_versions
-from tf_compressed_embedding.keras import _inputs
+from tf_compressed_embedding.keras import _inputs, _layouts, _modes
 from tf_compressed_embedding.keras._float_pooling import pool
 from tf_compressed_embedding.keras._keras_api import (empty_variable,
                                                       entry_layer,
                                                       float_policy, to_numpy)
+from tf_compressed_embedding.keras._modes import (  # noqa: F401 (re-exported)
+    QUANTIZATION_MODES, UnsupportedQuantizationModeError, check_mode)
 
 COMBINERS = _bags.COMBINERS
 _NO_LORA = ("CompressedEmbedding does not support LoRA (lora_rank, "
             "lora_alpha, enable_lora): train a keras.layers.Embedding with "
             "LoRA and convert the model with quantize_embeddings()")
-QUANTIZATION_MODES = quantization.FORMATS
 
 if supported_versions.keras_too_old(keras.__version__):
     warnings.warn(supported_versions.keras_too_old(keras.__version__),
                   stacklevel=2)
 
-# What the ops read: anything with .data and .scales (see ops._table_inputs).
-_OpTable = collections.namedtuple("_OpTable", ["data", "scales"])
-
-
-class UnsupportedQuantizationModeError(ValueError, NotImplementedError):
-    """A quantization mode this layer does not implement.
-
-    A ``ValueError`` for callers of :meth:`CompressedEmbedding.quantize`;
-    also a ``NotImplementedError`` so that ``keras.Model.quantize("int4")``
-    (which skips layers raising that, with a warning) still quantizes the
-    other layers of a model that contains this one.
-    """
+# What the ops read (see ops._table_inputs): the variables, and the format
+# and dim that give the rowwise formats' attrs.
+_OpTable = collections.namedtuple("_OpTable", ["data", "scales", "format", "dim"])
 
 
 @keras.saving.register_keras_serializable(package="tf_compressed_embedding")
@@ -75,8 +69,9 @@ class CompressedEmbedding(keras.layers.Layer):
     Float32 mode (the default) trains like ``keras.layers.Embedding``: the
     table is ``self.embeddings``, a trainable float32 ``[input_dim,
     output_dim]`` variable whose gradients are ``tf.IndexedSlices``.
-    :meth:`quantize` compresses it in place to ``"int8"`` or ``"fp16"``;
-    the float32 table is dropped and nothing is trainable afterwards.
+    :meth:`quantize` compresses it in place to ``"int8"``, ``"int4"``,
+    ``"fp16"`` or ``"int8_split"``; the float32 table is dropped and nothing
+    is trainable afterwards.
 
     ``combiner=None``: ``ids`` of any shape give ``ids.shape + [output_dim]``
     (ragged ids a ragged result; sparse ids ``[B, L]`` a dense ``[B, L, D]``
@@ -118,10 +113,12 @@ class CompressedEmbedding(keras.layers.Layer):
       quantization_config: must be None (the formats are fixed, see
         ``tf_compressed_embedding.quantization``).
       combiner: None, ``"sum"``, ``"mean"`` or ``"sqrtn"``.
-      quantization_mode: None (float32), ``"int8"`` or ``"fp16"``: creates the
-        layer directly in compressed mode, with zero-filled variables that
-        ``load_own_variables`` / ``set_weights`` then fill (how ``from_config``
-        rebuilds a quantized layer).
+      quantization_mode: None (float32), ``"int8"``, ``"int4"``, ``"fp16"``
+        or ``"int8_split"``: creates the layer directly in compressed mode,
+        with zero-filled variables that ``load_own_variables`` /
+        ``set_weights`` then fill (how ``from_config`` rebuilds a quantized
+        layer). A Keras quantized dtype policy (``"int8_from_float32"``,
+        ``"int4_from_float32"``) means its mode.
       **kwargs: base ``keras.layers.Layer`` arguments (``name``, ``dtype``,
         ``trainable``, ...).
 
@@ -158,10 +155,10 @@ class CompressedEmbedding(keras.layers.Layer):
             raise NotImplementedError(
                 "CompressedEmbedding takes no quantization_config: its "
                 "formats are fixed (see tf_compressed_embedding.quantization);"
-                " use quantize('int8') or quantize('fp16')")
+                f" use quantize(mode), mode one of {_modes.modes_text()}")
         _bags.check_combiner(combiner, allow_none=True)
         if quantization_mode is not None:
-            _check_mode(quantization_mode)
+            check_mode(quantization_mode)
         if kwargs.pop("input_length", None) is not None:
             warnings.warn("Argument `input_length` is deprecated (as in "
                           "keras.layers.Embedding). Just remove it.", stacklevel=2)
@@ -175,11 +172,12 @@ class CompressedEmbedding(keras.layers.Layer):
                 raise ValueError(
                     f"quantization_mode={quantization_mode!r} contradicts "
                     f"dtype={self.dtype_policy.name!r}; give one of them")
-            quantization_mode = _check_mode(policy_mode)
+            quantization_mode = check_mode(policy_mode)
             self.dtype_policy = float_policy(self.dtype_policy)
         # Keras wraps every layer's quantize() (in Layer.__new__) with checks
         # that only know Keras' own modes and configs, which would refuse
-        # "fp16"; quantize() below does its own checks, so unwrap it.
+        # "fp16" and "int8_split"; quantize() below does its own checks, so
+        # unwrap it.
         vars(self).pop("quantize", None)
         self.input_dim = int(input_dim)
         self.output_dim = int(output_dim)
@@ -233,10 +231,12 @@ class CompressedEmbedding(keras.layers.Layer):
 
     def _add_compressed_weights(self, mode, data=None, scales=None):
         """Adds the non-trainable (data, scales) variables in the layout of
-        ``CompressedTable``, initialized with ``data``/``scales`` if given
-        (so quantize() holds the encoded table once, not zeros plus it)."""
+        ``CompressedTable`` (``quantization.data_shape``: records ``[V, R]``
+        for the rowwise formats), initialized with ``data``/``scales`` if
+        given (so quantize() holds the encoded table once, not zeros plus
+        it)."""
         rows = self.input_dim
-        data_shape = (rows, self.output_dim)
+        data_shape = quantization.data_shape(mode, rows, self.output_dim)
         scales_shape = quantization.scales_shape(mode, rows)
         self.embeddings_data = self.add_weight(
             shape=data_shape,
@@ -271,7 +271,8 @@ class CompressedEmbedding(keras.layers.Layer):
 
     @property
     def quantization_mode(self):
-        """None (float32 table), ``"int8"`` or ``"fp16"``."""
+        """None (float32 table) or the format's name (``"int8"``, ``"int4"``,
+        ``"fp16"``, ``"int8_split"``)."""
         return self._quantization_mode
 
     def _state_variables(self):
@@ -287,10 +288,13 @@ class CompressedEmbedding(keras.layers.Layer):
         """Compresses the float32 table in place (Keras' ``quantize`` API).
 
         The table is encoded with ``tf_compressed_embedding.quantization``
-        (``"int8"``: int8 rows with one float32 scale per row; ``"fp16"``:
-        float16 rows), the float32 variable is dropped, and later calls use
-        the compressed ops. Nothing is trainable afterwards. Also called by
-        ``keras.Model.quantize("int8")``.
+        (``"int8"``: each row's int8 values after its float32 scale;
+        ``"int4"``: 16 levels over a per-row range chosen by the greedy error
+        search, a float16 scale and bias per row; ``"fp16"``: float16 rows;
+        ``"int8_split"``: int8 values and a separate scales array), the
+        float32 variable is dropped, and later calls use the compressed ops.
+        Nothing is trainable afterwards. Also called by
+        ``keras.Model.quantize("int8")`` and ``("int4")``.
 
         Functions traced before, on the float32 table: the ``predict`` /
         ``evaluate`` / ``fit`` functions of every model that ran this layer
@@ -303,28 +307,23 @@ class CompressedEmbedding(keras.layers.Layer):
         float32: trace those again after quantizing.
 
         Args:
-          mode: ``"int8"`` or ``"fp16"``.
+          mode: ``"int8"``, ``"int4"``, ``"fp16"`` or ``"int8_split"``.
           type_check: accepted for ``keras.Model.quantize``; unused.
-          config: None, or Keras' default config for ``mode`` (what
-            ``keras.Model.quantize`` passes); a custom weight quantizer is
-            refused, the formats being fixed.
+          config: None, or a Keras config for ``mode`` without a custom
+            weight quantizer (the formats are fixed); an
+            ``Int4QuantizationConfig``'s ``block_size`` must be None, -1 or
+            at least ``output_dim`` (int4 rows have one scale and bias).
 
         Raises:
           ValueError: the layer is not built, is already quantized, or its
-            table holds NaN/Inf (or values beyond float16 for ``"fp16"``).
+            table holds NaN/Inf (or values beyond float16 for ``"fp16"``,
+            rows whose float16 scale or bias would overflow for ``"int4"``),
+            or ``config`` asks for what the format cannot do.
           UnsupportedQuantizationModeError (a ValueError): another mode.
         """
         del type_check  # a Keras Model.quantize argument; no subclasses here
-        _check_mode(mode)
-        # keras.Model.quantize("int8") passes Keras' default int8 config;
-        # only a custom weight quantizer asks for something we cannot do.
-        if config is not None and (
-                getattr(config, "weight_quantizer", None) is not None
-                or getattr(config, "mode", mode) != mode):
-            raise ValueError(
-                "CompressedEmbedding.quantize takes no custom quantization "
-                "config: its formats are fixed (see "
-                "tf_compressed_embedding.quantization)")
+        check_mode(mode)
+        _modes.check_config(mode, config, self.output_dim)
         if not self.built:
             raise ValueError(
                 f"Cannot quantize layer {self.name!r}: it is not built yet "
@@ -361,7 +360,7 @@ class CompressedEmbedding(keras.layers.Layer):
         return quantization.decode(
             to_numpy(self.embeddings_data),
             to_numpy(self.embeddings_scales),
-            self._quantization_mode)
+            self._quantization_mode, self.output_dim)
 
     def save_own_variables(self, store):
         """Saves the float32 table as ``"0"``, or the compressed data and
@@ -374,13 +373,26 @@ class CompressedEmbedding(keras.layers.Layer):
     def load_own_variables(self, store):
         """Loads what :meth:`save_own_variables` saved; the layer must have
         been created with the same ``quantization_mode`` (``from_config``
-        does that)."""
+        does that).
+
+        An ``"int8"`` layer also loads what version 0.1.0 saved as
+        ``"int8"``: int8 ``[V, D]`` values and float32 ``[V]`` scales (the
+        ``"int8_split"`` layout), packed into ``"int8"`` records as they are:
+        the decoded table is the same bit for bit.
+        """
         if not self.built:
             return
         variables = self._state_variables()
+        if self._quantization_mode == "int8" and len(store.keys()) == 2:
+            saved = [np.asarray(store[str(i)]) for i in range(2)]
+            if _layouts.is_int8_split(saved, self.input_dim, self.output_dim):
+                store = {"0": _layouts.int8_records(*saved),
+                         "1": np.zeros(quantization.scales_shape(
+                             "int8", self.input_dim), np.float32)}
         if len(store.keys()) != len(variables):
             raise ValueError(
-                f"layer {self.name!r} ({_mode_name(self._quantization_mode)}) "
+                f"layer {self.name!r} "
+                f"({_modes.mode_name(self._quantization_mode)}) "
                 f"expects {len(variables)} saved variable(s), found "
                 f"{len(store.keys())}: the file was saved from a layer in "
                 f"another quantization mode")
@@ -474,7 +486,8 @@ class CompressedEmbedding(keras.layers.Layer):
         # .value is the tf.Variable itself, which ops._read reads without
         # a copy (a Keras Variable would be converted to a dense tensor).
         return _OpTable(self.embeddings_data.value,
-                        self.embeddings_scales.value)
+                        self.embeddings_scales.value,
+                        self._quantization_mode, self.output_dim)
 
     def _valid_ids(self, ids):
         return _inputs.valid_ids(ids, self.input_dim, self.name)
@@ -504,18 +517,6 @@ class CompressedEmbedding(keras.layers.Layer):
         return keras.KerasTensor(self.compute_output_shape(inputs.shape),
                                  dtype=self.compute_dtype,
                                  **({"ragged": True} if ragged else {}))
-
-
-def _check_mode(mode):
-    if mode not in QUANTIZATION_MODES:
-        raise UnsupportedQuantizationModeError(
-            f"CompressedEmbedding quantization mode must be one of "
-            f"{', '.join(repr(m) for m in QUANTIZATION_MODES)}, got {mode!r}")
-    return mode
-
-
-def _mode_name(mode):
-    return "float32" if mode is None else mode
 
 
 def _value_or_zeros(value):

@@ -5,8 +5,9 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-from tf_compressed_embedding.layers import CompressedEmbedding
-from layer_testing import D, V
+from tf_compressed_embedding.layers import (CompressedEmbedding,
+                                            UnsupportedQuantizationModeError)
+from layer_testing import D, MODES, V
 
 
 def out_of_range(bad_id):
@@ -24,8 +25,7 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
             layer.quantize(mode)
         return layer
 
-    @parameterized.product(mode=(None, "int8", "fp16"),
-                           combiner=(None, "mean"))
+    @parameterized.product(mode=(None, *MODES), combiner=(None, "mean"))
     def test_ids_out_of_range(self, mode, combiner):
         layer = self.layer(mode, combiner=combiner)
         for bad in (V, -V - 3):
@@ -45,7 +45,7 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
                                         out_of_range(V + 1)):
                 layer(ragged)
 
-    @parameterized.parameters(None, "int8")
+    @parameterized.parameters(None, *MODES)
     def test_wrong_id_dtypes(self, mode):
         layer = self.layer(mode)
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
@@ -61,13 +61,15 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
                                     "whole numbers"):
             pooled(tf.ragged.constant([[1.5]], tf.float32))
 
-    def test_weights_without_combiner(self):
-        layer = self.layer(None)
+    @parameterized.parameters(None, *MODES)
+    def test_weights_without_combiner(self, mode):
+        layer = self.layer(mode)
         with self.assertRaisesRegex(ValueError, "`weights` need a combiner"):
             layer(np.array([[1]]), weights=np.array([[1.0]], np.float32))
 
-    def test_bad_pooled_inputs(self):
-        layer = self.layer(None, combiner="mean")
+    @parameterized.parameters(None, *MODES)
+    def test_bad_pooled_inputs(self, mode):
+        layer = self.layer(mode, combiner="mean")
         with self.assertRaisesRegex(ValueError, r"\[batch, length\]"):
             layer(np.zeros((2, 3, 4), np.int64))
         with self.assertRaisesRegex(ValueError, "`mask` is for dense"):
@@ -95,11 +97,28 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
             CompressedEmbedding(0, D)
         with self.assertRaisesRegex(ValueError, "output_dim"):
             CompressedEmbedding(V, 2.5)
-        with self.assertRaisesRegex(ValueError, "must be one of"):
-            CompressedEmbedding(V, D, quantization_mode="int4")
+        for mode in ("int2", "float8", "int8_rowwise"):
+            with self.assertRaisesRegex(UnsupportedQuantizationModeError,
+                                        f"must be one of .*got '{mode}'"):
+                CompressedEmbedding(V, D, quantization_mode=mode)
         with self.assertRaisesRegex(NotImplementedError,
                                     "quantization_config"):
             CompressedEmbedding(V, D, quantization_config="int8")
+
+    @parameterized.parameters(*MODES)
+    def test_wrong_saved_variables_are_refused(self, mode):
+        # Variables of another layout than the layer's (what a file from
+        # another mode, or a corrupt one, holds) are refused, naming both.
+        layer = CompressedEmbedding(V, D, quantization_mode=mode)
+        layer.build()
+        wrong = {"0": np.zeros((V, D + 1), np.float16),
+                 "1": np.zeros([V], np.float32)}
+        with self.assertRaisesRegex(ValueError, r"saved variable 0 is "
+                                    rf"float16\[{V}, {D + 1}\], expected"):
+            layer.load_own_variables(wrong)
+        with self.assertRaisesRegex(ValueError, "expects 2 saved variable"):
+            layer.load_own_variables({"0": wrong["0"]})
+        self.assertFalse(layer.embeddings_data.numpy().any())
 
 
 if __name__ == "__main__":

@@ -16,10 +16,11 @@ import pytest
 import tensorflow as tf
 
 import tf_compressed_embedding  # noqa: F401  (registers the ops)
+from tf_compressed_embedding import quantization
 from tf_compressed_embedding.layers import CompressedEmbedding
 
 VOCAB, DIM, BAG = 64, 8, 5
-TOL = 1e-5  # float32 summation order; int8/fp16 error is far larger
+TOL = 1e-5  # float32 summation order; the formats' error is far larger
 
 
 def build(combiner):
@@ -79,8 +80,11 @@ def trained_then_quantized(route, mode, combiner, warm):
     return model, emb, x, want
 
 
+# model.quantize reaches the layer with Keras' mode names only.
 ROUTES = [("layer", "int8", "mean"), ("layer", "fp16", "sum"),
-          ("layer", "int8", None), ("model", "int8", "mean")]
+          ("layer", "int8", None), ("model", "int8", "mean"),
+          ("layer", "int4", "sum"), ("layer", "int4", None),
+          ("model", "int4", "mean"), ("layer", "int8_split", "mean")]
 
 
 @pytest.mark.parametrize("route,mode,combiner", ROUTES)
@@ -114,26 +118,32 @@ def test_the_float32_table_is_freed_and_a_stale_trace_fails_loudly(route):
                                atol=TOL)
 
 
-@pytest.mark.parametrize("route", ["layer", "model"])
-def test_keras_file_after_prior_fit(route, tmp_path):
-    model, emb, x, want = trained_then_quantized(route, "int8", "mean",
-                                                 "both")
+# fp16 moves a mean by too little to tell from float32 (see
+# trained_then_quantized): it is saved pooling with "sum".
+SAVE_ROUTES = [("layer", "int8", "mean"), ("model", "int8", "mean"),
+               ("model", "int4", "mean"), ("layer", "fp16", "sum"),
+               ("layer", "int8_split", None)]
+
+
+@pytest.mark.parametrize("route,mode,combiner", SAVE_ROUTES)
+def test_keras_file_after_prior_fit(route, mode, combiner, tmp_path):
+    model, emb, x, want = trained_then_quantized(route, mode, combiner, "both")
     path = os.path.join(tmp_path, "m.keras")
     model.save(path)
     loaded = keras.models.load_model(path)
-    assert loaded.get_layer("table").quantization_mode == "int8"
+    assert loaded.get_layer("table").quantization_mode == mode
     np.testing.assert_allclose(loaded.predict(x, verbose=0), want, atol=TOL)
 
 
-@pytest.mark.parametrize("route", ["layer", "model"])
-def test_export_after_prior_fit(route, tmp_path):
-    model, emb, x, want = trained_then_quantized(route, "int8", "mean",
-                                                 "both")
+@pytest.mark.parametrize("route,mode,combiner", SAVE_ROUTES)
+def test_export_after_prior_fit(route, mode, combiner, tmp_path):
+    model, emb, x, want = trained_then_quantized(route, mode, combiner, "both")
     path = os.path.join(tmp_path, "exported")
     model.export(path, verbose=False)
     served = tf.saved_model.load(path)
     np.testing.assert_allclose(served.serve(x).numpy(), want, atol=TOL)
     # The export holds the compressed table, not a float32 one.
     shapes = {(v.dtype.name, tuple(v.shape)) for v in served.variables}
-    assert ("int8", (VOCAB, DIM)) in shapes
+    assert (quantization.storage_dtype(mode).name,
+            quantization.data_shape(mode, VOCAB, DIM)) in shapes
     assert ("float32", (VOCAB, DIM)) not in shapes

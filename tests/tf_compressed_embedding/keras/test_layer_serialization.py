@@ -9,31 +9,42 @@ import textwrap
 import keras
 import numpy as np
 import tensorflow as tf
+from absl.testing import parameterized
 
 import tf_compressed_embedding as tfce
 from tf_compressed_embedding import quantization
 from tf_compressed_embedding.layers import CompressedEmbedding
-from layer_testing import D, L, V
+from layer_testing import D, L, MODES, V
 
 
 # Root of the package under test, for the fresh processes.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(tfce.__file__)))
 
 
+# The quantized layers of mixed_model, and their modes.
+MIXED_MODES = {"pooled_int8": "int8", "rows_fp16": "fp16", "pooled_int4": "int4",
+               "rows_int4": "int4", "pooled_int8_split": "int8_split"}
+
+
 def mixed_model(vocab=V):
-    """Functional model over padded ids with three layers, to be quantized
-    int8 / fp16 / left float32 by the tests."""
+    """Functional model over padded ids with a layer in every mode (rows and
+    pooled) and one left float32."""
     ids = keras.Input(shape=(L,), dtype="int64", name="ids")
-    a = CompressedEmbedding(vocab, D, mask_zero=True, combiner="mean",
-                            name="pooled_int8")(ids)
-    b = CompressedEmbedding(vocab, D, combiner="sqrtn",
-                            name="pooled_fp32")(ids)
-    c = CompressedEmbedding(vocab, D, name="rows_fp16")(ids)
-    c = keras.layers.GlobalAveragePooling1D()(c)
-    out = keras.layers.Dense(3)(keras.layers.Concatenate()([a, b, c]))
+    pooled = [CompressedEmbedding(vocab, D, mask_zero=True, combiner="mean",
+                                  name="pooled_int8")(ids),
+              CompressedEmbedding(vocab, D, combiner="sqrtn",
+                                  name="pooled_fp32")(ids),
+              CompressedEmbedding(vocab, D, combiner="sum",
+                                  name="pooled_int4")(ids),
+              CompressedEmbedding(vocab, D, mask_zero=True, combiner="sqrtn",
+                                  name="pooled_int8_split")(ids)]
+    for name in ("rows_fp16", "rows_int4"):
+        rows = CompressedEmbedding(vocab, D, name=name)(ids)
+        pooled.append(keras.layers.GlobalAveragePooling1D()(rows))
+    out = keras.layers.Dense(3)(keras.layers.Concatenate()(pooled))
     model = keras.Model(ids, out)
-    model.get_layer("pooled_int8").quantize("int8")
-    model.get_layer("rows_fp16").quantize("fp16")
+    for name, mode in MIXED_MODES.items():
+        model.get_layer(name).quantize(mode)
     return model
 
 
@@ -52,7 +63,7 @@ LOAD_SAVED_MODEL = textwrap.dedent("""
 """)
 
 
-class SerializationTest(tf.test.TestCase):
+class SerializationTest(tf.test.TestCase, parameterized.TestCase):
 
     def setUp(self):
         super().setUp()
@@ -60,7 +71,8 @@ class SerializationTest(tf.test.TestCase):
         self.ids[1, 2:] = 0
         self.ids[4] = 0  # an all-padding row
 
-    def test_config_round_trip(self):
+    @parameterized.parameters(*MODES)
+    def test_config_round_trip(self, mode):
         layer = CompressedEmbedding(V, D, mask_zero=True, combiner="sqrtn",
                                     embeddings_initializer="normal",
                                     name="emb", dtype="mixed_bfloat16")
@@ -69,24 +81,36 @@ class SerializationTest(tf.test.TestCase):
         self.assertEqual(config["quantization_mode"], None)
         clone = CompressedEmbedding.from_config(config)
         self.assertEqual(clone.get_config(), config)
-        layer.quantize("int8")
-        clone = CompressedEmbedding.from_config(layer.get_config())
-        self.assertEqual(clone.quantization_mode, "int8")
+        layer.quantize(mode)
+        config = layer.get_config()
+        self.assertEqual(config["quantization_mode"], mode)
+        clone = CompressedEmbedding.from_config(config)
+        self.assertEqual(clone.quantization_mode, mode)
+        self.assertEqual(clone.get_config(), config)
         clone.build()
-        self.assertEqual([v.dtype for v in clone.weights], ["int8", "float32"])
+        self.assertEqual(
+            [(v.dtype, tuple(v.shape)) for v in clone.weights],
+            [(quantization.storage_dtype(mode).name,
+              quantization.data_shape(mode, V, D)),
+             ("float32", quantization.scales_shape(mode, V))])
+        clone.set_weights(layer.get_weights())
+        ids = np.array([[1, 2, 0], [49, 3, 3]])
+        self.assertAllEqual(clone(ids), layer(ids))
         self.assertEqual(
             keras.saving.get_registered_name(CompressedEmbedding),
             "tf_compressed_embedding>CompressedEmbedding")
 
-    def test_constructor_weights(self):
+    @parameterized.parameters(*MODES)
+    def test_constructor_weights(self, mode):
         table = np.random.default_rng(0).standard_normal((V, D)).astype(
             np.float32)
         layer = CompressedEmbedding(V, D, weights=table)
         self.assertAllEqual(layer.embeddings.numpy(), table)
-        data, scales = quantization.encode(table, "int8")
+        data, scales = quantization.encode(table, mode)
         layer = CompressedEmbedding(V, D, weights=[data, scales],
-                                    quantization_mode="int8")
-        self.assertAllEqual(layer(np.array([3])), [data[3] * scales[3]])
+                                    quantization_mode=mode)
+        decoded = quantization.decode(data, scales, mode, D)
+        self.assertAllEqual(layer(np.array([3, -1])), decoded[[3, V - 1]])
 
     def test_keras_file_round_trip(self):
         model = mixed_model()
@@ -118,11 +142,10 @@ class SerializationTest(tf.test.TestCase):
                  keras.saving.load_model(os.path.join(
                      self.get_temp_dir(), "mixed.keras")).layers
                  if isinstance(layer, CompressedEmbedding)}
-        self.assertEqual(modes, {"pooled_int8": "int8", "pooled_fp32": None,
-                                 "rows_fp16": "fp16"})
+        self.assertEqual(modes, {**MIXED_MODES, "pooled_fp32": None})
         loaded = keras.saving.load_model(
             os.path.join(self.get_temp_dir(), "mixed.keras"))
-        for name in ("pooled_int8", "rows_fp16"):
+        for name in MIXED_MODES:
             for got, saved in zip(loaded.get_layer(name).weights,
                                   model.get_layer(name).weights):
                 self.assertEqual(got.dtype, saved.dtype)
@@ -154,8 +177,9 @@ class SerializationTest(tf.test.TestCase):
         # The quantized tables are stored compressed, with no float32 copy;
         # only the float32 layer's table is [V, D] float32.
         variables = loaded["variables"]
-        self.assertIn(["int8", [V, D]], variables)
-        self.assertIn(["float32", [V]], variables)
-        self.assertIn(["float16", [V, D]], variables)
-        self.assertIn(["float32", [0]], variables)
+        for mode in MIXED_MODES.values():
+            self.assertIn([quantization.storage_dtype(mode).name,
+                           list(quantization.data_shape(mode, V, D))], variables)
+            self.assertIn(["float32", list(quantization.scales_shape(mode, V))],
+                          variables)
         self.assertEqual(variables.count(["float32", [V, D]]), 1)
