@@ -13,9 +13,11 @@ than the sum of the single-table errors, and less when tables move different
 outputs (a user table and an item table feeding different heads do not share
 the budget).
 
-1. Options: a table's candidates sorted by bytes; an option is dropped if a
-   smaller one has an error at most its own (int4 of dim 2 stores more than
-   fp16, and a table read by no request has error 0 in every format).
+1. Options: a table's candidates sorted by bytes; an option is dropped if
+   one no larger has a smaller error (int4 of dim 2 stores more than fp16;
+   int8 and fp16 of dim 4 both store 8 bytes). Options of equal error are
+   kept (a table no request changes has error 0 in every format): the
+   choice takes the smallest, and the proof can still move up.
 2. Greedy knapsack: every table starts at its smallest option; while the
    prediction exceeds E, the move (a table to a larger option) that lowers
    it most per byte added is made (ties, where several elements share the
@@ -48,11 +50,12 @@ class Option:
 
 
 def options(candidates: list[Option]) -> list[Option]:
-    """`candidates` sorted by bytes, without those a smaller one does as well
-    (the FP32 option, error 0, is kept unless a smaller one also has 0)."""
+    """`candidates` sorted by bytes, without those that one no larger beats
+    (step 1 of the module): errors never increase along the list, and the
+    FP32 option (error 0) is always last."""
     kept = []
     for option in sorted(candidates, key=lambda o: (o.bytes, o.error)):
-        if not kept or option.error < kept[-1].error:
+        if not kept or option.error <= kept[-1].error:
             kept.append(option)
     return kept
 
@@ -68,6 +71,10 @@ class Plan:
             raise ValueError(f"delta vectors of different shapes: {sorted(sizes)}")
         self._size = sizes.pop()[0] if sizes else 0
         self.choice = {name: 0 for name in self.options}
+        self._resum()
+
+    def _resum(self):
+        # From scratch after each change, so no rounding accumulates.
         self._sum = np.zeros(self._size, np.float64)
         for name in self.options:
             self._sum += self.option(name).delta
@@ -91,8 +98,8 @@ class Plan:
         return int(sum(self.option(n).bytes for n in self.options))
 
     def _set(self, name, index):
-        self._sum += self.options[name][index].delta - self.option(name).delta
         self.choice[name] = index
+        self._resum()
 
     def _predicted_with(self, name, index):
         changed = self._sum - self.option(name).delta + self.options[name][index].delta
@@ -133,6 +140,13 @@ class Plan:
                         self._set(name, index)
                         changed = True
                         break
+
+    def set_formats(self, formats: dict) -> Plan:
+        """Sets the choice to {name: format} (each one of the table's options)."""
+        for name, fmt in formats.items():
+            self.choice[name] = [o.format for o in self.options[name]].index(fmt)
+        self._resum()
+        return self
 
     def smaller_predicted(self, name):
         """The predicted error if table `name` alone took its next smaller

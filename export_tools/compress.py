@@ -379,9 +379,8 @@ def _choose_formats(src, keys, feeds, chosen, chunk_rows, max_error, progress, w
         auto_tables.append(AutoTable(
             names[uid], table.location.key, rows, dim, got["chosen"], 0, 0.0,
             got["errors"], got["unusable"], got["smaller_predicted"]))
-    plan = auto_plan.Plan(candidates, max_error)
-    for name, got in by_name.items():
-        plan.choice[name] = [o.format for o in plan.options[name]].index(got["chosen"])
+    plan = auto_plan.Plan(candidates, max_error).set_formats(
+        {name: got["chosen"] for name, got in by_name.items()})
     if all(f == auto_plan.FP32 for f in plan.formats().values()):
         least = min(((e, n, f) for n, t in by_name.items()
                      for f, e in t["errors"].items() if e is not None), default=None)
