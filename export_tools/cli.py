@@ -30,14 +30,14 @@ def build_parser():
     parser.add_argument("--dtype", choices=options.DTYPES, required=True,
                         help="storage format of the compressed tables (D: a row's "
                              "width): 'int8': each row's int8 values with its float32 "
-                             "scale inline (4 + D bytes a row); 'int4': two values a "
-                             "byte with a float16 scale and bias (4 + ceil(D/2) "
-                             "bytes; errors up to about a fifth of a row's largest "
-                             "magnitude); 'fp16' (2 D bytes); 'int8_split': int8 rows "
-                             "and a separate float32 scales array (D + 4 bytes; "
-                             "version 0.1.0's int8 layout); 'auto': per table the "
-                             "smallest of int4, int8, fp16 or FP32 that keeps the "
-                             "outputs within --max-error")
+                             "scale inline (4 + D bytes a row; steps of the row's "
+                             "largest magnitude / 127); 'int4': two values a byte with "
+                             "a float16 scale and bias (4 + ceil(D/2) bytes; steps of "
+                             "the row's range / 15); 'fp16': half floats (2 D bytes); "
+                             "'int8_split': int8 rows and a separate float32 scales "
+                             "array (D + 4 bytes; version 0.1.0's int8 layout); "
+                             "'auto': per table the smallest of int4, int8, fp16 or "
+                             "FP32 that keeps the outputs within --max-error")
     parser.add_argument("--max-error", type=float, metavar="E",
                         help="with --dtype auto (and only there): the largest absolute "
                              "difference allowed between any float output element of "
@@ -218,10 +218,9 @@ def print_auto_summary(console, auto):
         console.print(f"upgraded {up['table']}: {up['from']} → {up['to']} (measured "
                       f"{up['measured']:.3g} > {auto.max_error:g} on the {up['where']})")
     console.print(f"auto: tables {human_bytes(auto.bytes)} (all int8 "
-                  f"{human_bytes(auto.bytes_int8)}, FP32 {human_bytes(auto.bytes_fp32)}); "
-                  f"measured max |DST - SRC| "
-                  f"over {auto.output_values} float output values: "
-                  f"{auto.measured_error:.3g} <= {auto.max_error:g} (predicted "
+                  f"{human_bytes(auto.bytes_int8)}, FP32 {human_bytes(auto.bytes_fp32)})")
+    console.print(f"measured max |DST - SRC| over {auto.output_values} float output "
+                  f"values: {auto.measured_error:.3g} <= {auto.max_error:g} (predicted "
                   f"{auto.predicted_error:.3g}, sum of single-table errors "
                   f"{auto.single_sum:.3g})")
 

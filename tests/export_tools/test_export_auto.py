@@ -288,7 +288,8 @@ def test_cli_prints_and_reports_the_choice(scaled, tmp_path):
     done = subprocess.run(CLI + [scaled.path, str(tmp_path / "dst"), "--dtype", "auto",
                                  "--max-error", str(MID), "--min-rows", "1",
                                  "--report", str(report_path)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True,
+                          env=dict(os.environ, COLUMNS="300"))  # rich: no wrapping
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.load(open(report_path))
     auto = report["auto"]
