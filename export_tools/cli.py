@@ -44,11 +44,12 @@ def build_parser():
                              "DST and of SRC, on the verification inputs (--examples, "
                              "else SRC's warmup requests, else generated; give real "
                              "requests, as the bound holds on them). Each table is "
-                             "measured alone in each format, E is shared among the "
-                             "tables (the smallest formats first, then the upgrades "
-                             "that remove the most error per byte), and DST is "
-                             "verified against E; a table is moved up a format until "
-                             "it holds")
+                             "measured alone in each format; tables whose changes add "
+                             "up in the same output values share E (the smallest "
+                             "formats first, then the upgrades that remove the most "
+                             "error per byte); the choice is measured together and "
+                             "DST verified against E, a table moving up a format "
+                             "until it holds")
     parser.add_argument("--ops", choices=options.OPS_MODES, default="fused",
                         help="'fused': this package's ops (a server built with them); "
                              "'stock': stock TF ops only, for an unmodified TF Serving "
