@@ -1,10 +1,15 @@
 """Rewrites a trained SavedModel so its FP32 embedding tables are stored
-compressed (INT8 + per-row scales, or FP16), with the same signatures.
+compressed (a format of ``tf_compressed_embedding.quantization``: int8, int4,
+fp16, int8_split; or per table the smallest that keeps the outputs within a
+bound), with the same signatures.
 
     from export_tools import compress_saved_model
     report = compress_saved_model("model_fp32", "model_int8", dtype="int8")
+    report = compress_saved_model("model_fp32", "model_auto", dtype="auto",
+                                  max_error=1e-3)
 
-or on the command line: ``tfce-export SRC DST --dtype int8`` (see ``--help``).
+or on the command line: ``tfce-export SRC DST --dtype int8`` or
+``tfce-export SRC DST --dtype auto --max-error 1e-3`` (see ``--help``).
 """
 from export_tools.errors import ExportError
 

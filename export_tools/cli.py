@@ -1,4 +1,5 @@
-"""`tfce-export SRC DST --dtype int8|fp16`: the command-line front end.
+"""`tfce-export SRC DST --dtype int8|int4|fp16|int8_split|auto`: the
+command-line front end.
 
 Exit status: 0 when DST is complete (and verified, unless --no-verify);
 1 when the export is refused or fails (one line says why; DST is not
@@ -20,13 +21,35 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="tfce-export",
         description="Rewrite a SavedModel so its FP32 embedding tables are stored as "
-                    "INT8 (+ per-row scales) or FP16, with the same signatures. SRC is "
-                    "never modified; DST appears only when complete and verified.")
+                    "INT8, INT4 or FP16 (one format, or per table the smallest that "
+                    "keeps the outputs within a bound), with the same signatures. SRC "
+                    "is never modified; DST appears only when complete and verified.")
     parser.add_argument("src", metavar="SRC", help="SavedModel directory to read")
     parser.add_argument("dst", metavar="DST", help="directory to write the compressed "
                         "SavedModel to")
-    parser.add_argument("--dtype", choices=options.FORMATS, required=True,
-                        help="storage format of the compressed tables")
+    parser.add_argument("--dtype", choices=options.DTYPES, required=True,
+                        help="storage format of the compressed tables (D: a row's "
+                             "width): 'int8': each row's int8 values with its float32 "
+                             "scale inline (4 + D bytes a row; steps of the row's "
+                             "largest magnitude / 127); 'int4': two values a byte with "
+                             "a float16 scale and bias (4 + ceil(D/2) bytes; steps of "
+                             "the row's range / 15); 'fp16': half floats (2 D bytes); "
+                             "'int8_split': int8 rows and a separate float32 scales "
+                             "array (D + 4 bytes; version 0.1.0's int8 layout); "
+                             "'auto': per table the smallest of int4, int8, fp16 or "
+                             "FP32 that keeps the outputs within --max-error")
+    parser.add_argument("--max-error", type=float, metavar="E",
+                        help="with --dtype auto (and only there): the largest absolute "
+                             "difference allowed between any float output element of "
+                             "DST and of SRC, on the verification inputs (--examples, "
+                             "else SRC's warmup requests, else generated; give real "
+                             "requests, as the bound holds on them). Each table is "
+                             "measured alone in each format; tables whose changes add "
+                             "up in the same output values share E (the smallest "
+                             "formats first, then the upgrades that remove the most "
+                             "error per byte); the choice is measured together and "
+                             "DST verified against E, a table moving up a format "
+                             "until it holds")
     parser.add_argument("--ops", choices=options.OPS_MODES, default="fused",
                         help="'fused': this package's ops (a server built with them); "
                              "'stock': stock TF ops only, for an unmodified TF Serving "
@@ -111,27 +134,48 @@ class RichProgress:
     def warn(self, text):
         self.console.log(f"[yellow]warning:[/] {text}")
 
+    def note(self, text):
+        self.console.log(text)
+
+
+def _mib(count):
+    return f"{count / 2**20:.2f}"
+
+
+def human_bytes(count):
+    """'512 B', '12.3 KiB', '4.56 MiB', '1.23 GiB'."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if count >= 1 << shift:
+            return f"{count / (1 << shift):.3g} {unit}"
+    return f"{count} B"
+
 
 def print_summary(console, report):
     from rich.table import Table
-    tables = Table(title=f"tables → {report.dtype} ({report.ops} ops)")
+    auto = report.auto is not None
+    title = (f"tables → auto, max error {report.auto.max_error:g}" if auto
+             else f"tables → {report.dtype}") + f" ({report.ops} ops)"
+    tables = Table(title=title)
     several = len(report.verification) > 1 or len(
         {s for t in report.tables for s in t.signatures}) > 1
-    columns = ["table", "rows", "dim", "FP32 MiB", f"{report.dtype} MiB", "max |err|",
-               "mean |err|"] + (["signatures"] if several else [])
+    columns = (["table", "rows", "dim"] + (["format"] if auto else [])
+               + ["FP32 MiB", "stored MiB" if auto else f"{report.dtype} MiB",
+                  "max |err|", "mean |err|"] + (["signatures"] if several else []))
     for column in columns:
         tables.add_column(column, justify="left" if column in ("table", "signatures")
                           else "right")
     for t in report.tables:
-        tables.add_row(t.name, f"{t.rows:,}", str(t.dim), f"{t.bytes_before / 2**20:.2f}",
-                       f"{t.bytes_after / 2**20:.2f}", f"{t.max_abs_error:.3g}",
-                       f"{t.mean_abs_error:.3g}",
+        tables.add_row(t.name, f"{t.rows:,}", str(t.dim), *([t.format] if auto else []),
+                       _mib(t.bytes_before), _mib(t.bytes_after),
+                       f"{t.max_abs_error:.3g}", f"{t.mean_abs_error:.3g}",
                        *([", ".join(t.signatures)] if several else []))
     console.print(tables)
     console.print(f"checkpoint: {report.checkpoint_bytes_before / _GIB:.3f} GiB → "
                   f"{report.checkpoint_bytes_after / _GIB:.3f} GiB; tables "
-                  f"{report.table_bytes_before / 2**20:.2f} MiB → "
-                  f"{report.table_bytes_after / 2**20:.2f} MiB")
+                  f"{_mib(report.table_bytes_before)} MiB → "
+                  f"{_mib(report.table_bytes_after)} MiB")
+    if auto:
+        print_auto_summary(console, report.auto)
     for name in report.kept_fp32:
         console.print(f"left FP32 (--keep): {name}")
     if report.not_lookups:
@@ -151,8 +195,54 @@ def print_summary(console, report):
         console.print("[yellow]not verified (--no-verify)[/]")
 
 
+def print_auto_summary(console, auto):
+    """What --dtype auto measured and chose, and the error it proved."""
+    from rich.table import Table
+
+    from export_tools.auto_plan import FP32
+    formats = list(options.AUTO_FORMATS)
+    choice = Table(title="--dtype auto: single-table errors (max |output change| with "
+                         "only that table compressed) and the choice")
+    for column in ["table", "rows", "dim", "choice", "bytes", "error"] + formats:
+        choice.add_column(column, justify="left" if column == "table" else "right")
+
+    def cell(t, fmt):
+        if fmt not in t.errors:
+            return "-"  # no smaller than FP32 at this dim
+        return "unusable" if t.errors[fmt] is None else f"{t.errors[fmt]:.3g}"
+    for t in auto.tables:
+        choice.add_row(t.name, f"{t.rows:,}", str(t.dim),
+                       "FP32" if t.format == FP32 else t.format, human_bytes(t.bytes),
+                       f"{t.error:.3g}", *[cell(t, f) for f in formats])
+    console.print(choice)
+    for up in auto.upgrades:
+        console.print(f"upgraded {up['table']}: {up['from']} → {up['to']} (measured "
+                      f"{up['measured']:.3g} > {auto.max_error:g} on the {up['where']})")
+    console.print(f"auto: tables {human_bytes(auto.bytes)} (all int8 "
+                  f"{human_bytes(auto.bytes_int8)}, FP32 {human_bytes(auto.bytes_fp32)})")
+    console.print(f"measured max |DST - SRC| over {auto.output_values} float output "
+                  f"values: {auto.measured_error:.3g} <= {auto.max_error:g} (predicted "
+                  f"{auto.predicted_error:.3g}, sum of single-table errors "
+                  f"{auto.single_sum:.3g})")
+
+
+def _check_usage(parser, args):
+    if args.dtype == options.AUTO:
+        if args.max_error is None:
+            parser.error("--dtype auto needs --max-error E")
+        if not args.max_error > 0:
+            parser.error(f"--max-error must be > 0, got {args.max_error:g}")
+        if not args.verify:
+            parser.error("--dtype auto measures on the verification inputs and proves "
+                         "the bound by verifying: it cannot run with --no-verify")
+    elif args.max_error is not None:
+        parser.error(f"--max-error is for --dtype auto only (got --dtype {args.dtype})")
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_usage(parser, args)
     _quiet_tensorflow()
     from rich.console import Console
     console = Console(stderr=True)
@@ -164,7 +254,8 @@ def main(argv=None):
         kwargs = dict(dtype=args.dtype, ops=args.ops, tables=args.tables, keep=args.keep,
                       min_rows=args.min_rows, signatures=signatures,
                       chunk_rows=args.chunk_rows, overwrite=args.overwrite,
-                      verify=args.verify, examples=examples, report=args.report)
+                      verify=args.verify, examples=examples, report=args.report,
+                      max_error=args.max_error)
         if args.quiet:
             report = compress_saved_model(args.src, args.dst, progress=Progress(), **kwargs)
         else:

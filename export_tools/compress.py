@@ -4,10 +4,18 @@
    of every rank-2 float variable (`signature_rewrite.analyze`).
 2. Choose the tables: float32, at least `min_rows` rows, every use a lookup
    we can rewrite (or refuse, naming the node at fault).
-3. Rewrite each signature's lookups; build a new module that owns the
+3. With `dtype="auto"`, choose each table's format (int4, int8, fp16 or
+   left FP32): measure what each format of each table does to the outputs
+   on the verification requests, share the bound `max_error` among the
+   tables, and check the choice on the rebuilt source (sensitivity.py,
+   auto_plan.py).
+4. Rewrite each signature's lookups; build a new module that owns the
    compressed tables, the kept variables and the pass-through resources;
    save it beside the destination, stream the tables into its checkpoint.
-4. Verify in fresh processes, write the warmup requests, rename into place.
+5. Verify in fresh processes (with `auto`: every float output within
+   `max_error` of the source's, else the table with the largest single-table
+   error moves up a format and the model is built again), write the warmup
+   requests, rename into place.
 Nothing is ever written to the source, and a failure leaves no destination.
 """
 from __future__ import annotations
@@ -21,13 +29,13 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
+from export_tools import auto_plan, input_generation, output_model, probe, sensitivity
 from export_tools import examples as source_examples
-from export_tools import input_generation, output_model, probe
 from export_tools import verify as verification, warmup
 from export_tools.errors import ExportError
-from export_tools.options import (DEFAULT_CHUNK_BYTES, DEFAULT_MIN_ROWS,
-                                  OPS_MODES)
-from export_tools.report import ExportReport, directory_bytes
+from export_tools.options import (AUTO, AUTO_FORMATS, DEFAULT_CHUNK_BYTES,
+                                  DEFAULT_MIN_ROWS, OPS_MODES)
+from export_tools.report import AutoReport, AutoTable, ExportReport, directory_bytes
 from export_tools.signature_rewrite import analyze, rewrite
 from export_tools.source import SourceModel
 from export_tools.table_stream import encoded_chunks, new_report
@@ -51,6 +59,9 @@ class Progress:
     def warn(self, text):
         """Something the user should know; the export goes on."""
 
+    def note(self, text):
+        """A line of information (what `--dtype auto` measured and chose)."""
+
 
 @dataclasses.dataclass
 class _Table:
@@ -59,8 +70,28 @@ class _Table:
     placeholders: dict = dataclasses.field(default_factory=dict)  # signature -> [ph]
 
 
-def _check_arguments(src, dst, fmt, ops, min_rows, chunk_rows, overwrite):
-    quantization.check_format(fmt)
+def _check_arguments(src, dst, fmt, ops, min_rows, chunk_rows, overwrite, verify,
+                     max_error):
+    if fmt == AUTO:
+        if max_error is None:
+            raise ExportError("dtype='auto' needs max_error (--max-error E): the "
+                              "largest absolute change allowed in any float output")
+        if not max_error > 0:
+            raise ExportError(f"max_error must be > 0, got {max_error!r}")
+        if not verify:
+            raise ExportError("dtype='auto' measures the tables on the verification "
+                              "requests and proves the bound by verifying: it cannot "
+                              "run with verify=False (--no-verify)")
+    else:
+        try:
+            quantization.check_format(fmt)
+        except ValueError:
+            raise ExportError(f"dtype must be one of "
+                              f"{', '.join(quantization.FORMATS + (AUTO,))}, "
+                              f"got {fmt!r}") from None
+        if max_error is not None:
+            raise ExportError(f"max_error is used by dtype='auto' only (dtype is "
+                              f"{fmt!r}): pass --dtype auto --max-error E")
     if ops not in OPS_MODES:
         raise ExportError(f"ops must be one of {', '.join(OPS_MODES)}, got {ops!r}")
     if min_rows < 0:
@@ -89,18 +120,13 @@ def _describe(uses):
     return None
 
 
-def _bytes_per_row(dim, fmt):
-    return dim * quantization.storage_dtype(fmt).itemsize + 4 * int(
-        np.prod(quantization.scales_shape(fmt, 1)))
-
-
-def choose_tables(analyses, tables, keep, min_rows, fmt, progress, warn):
+def choose_tables(analyses, tables, keep, min_rows, formats, progress, warn):
     """({uid: _Table} of the tables to convert, [names kept FP32 by `keep`],
     {name: op} of the variables of at least `min_rows` rows that no lookup
     reads, e.g. a retrieval model's candidate matrix or a dense kernel, left
     FP32 and named in the report so that a user sees why); refuses tables it
-    cannot convert. Tables the format would not shrink (int8 of dim 1: a
-    byte and a 4-byte scale per row) are left FP32 with a warning, unless
+    cannot convert. Tables none of `formats` would shrink (int8 of dim 1:
+    a 4-byte scale and a byte per row) are left FP32 with a warning, unless
     `tables` names them."""
     chosen, kept, unshrunk, not_lookups = {}, [], set(), {}
     for analysis in analyses:
@@ -123,13 +149,14 @@ def choose_tables(analyses, tables, keep, min_rows, fmt, progress, warn):
             if loc.full_shape[0] < min_rows:
                 continue
             dim = loc.full_shape[1]
-            if _bytes_per_row(dim, fmt) >= 4 * dim and tables is None:
+            smallest = min(formats, key=lambda f: quantization.row_bytes(f, dim))
+            if quantization.row_bytes(smallest, dim) >= 4 * dim and tables is None:
                 if loc.name not in unshrunk:
                     unshrunk.add(loc.name)
-                    warn(f"table {loc.name!r} left FP32: {fmt} would store "
-                         f"{_bytes_per_row(dim, fmt)} bytes per row of dim {dim}, "
-                         f"FP32 stores {4 * dim}; --tables naming it converts it "
-                         f"anyway")
+                    warn(f"table {loc.name!r} left FP32: {smallest} would store "
+                         f"{quantization.row_bytes(smallest, dim)} bytes per row of "
+                         f"dim {dim}, FP32 stores {4 * dim}; --tables naming it "
+                         f"converts it anyway")
                 continue
             where = f"table {loc.name!r} (signature {analysis.key!r})"
             hint = f"; pass --keep '{re.escape(loc.name)}' to leave it FP32"
@@ -159,11 +186,20 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
                          chunk_rows: int | None = None, overwrite: bool = False,
                          verify: bool = True, examples: str | None = None,
                          report: str | None = None, progress: Progress | None = None,
-                         isolate: bool = True) -> ExportReport:
+                         isolate: bool = True,
+                         max_error: float | None = None) -> ExportReport:
     """Writes a copy of SavedModel `src` to `dst` with its FP32 embedding tables
-    stored as `dtype` ("int8" with per-row scales, or "fp16").
+    stored compressed, with the same signatures.
 
     Args:
+      dtype: the storage format of every table, one of
+        `quantization.FORMATS`: "int8" (rows of int8 values with their
+        float32 scale inline), "int4" (two values a byte, a float16 scale
+        and bias per row), "fp16", "int8_split" (int8 with a separate scales
+        array, version 0.1.0's int8); or "auto": per table the smallest of
+        int4, int8, fp16 or FP32 that keeps every float output within
+        `max_error` of the source's on the verification requests (see the
+        module and auto_plan.py).
       ops: "fused" emits CompressedEmbeddingLookup / FusedDecodeAxpy (servers
         built with this package's ops); "stock" emits only stock TF ops.
       tables: regex of table names (or checkpoint keys) to convert; default:
@@ -173,7 +209,8 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
       signatures: keys of the signatures to keep (default: all).
       chunk_rows: rows encoded per chunk (default: about 64 MiB of FP32).
       overwrite: replace an existing `dst`.
-      verify: run both models in fresh processes and compare every output.
+      verify: run both models in fresh processes and compare every output
+        (required by "auto").
       examples: {signature: feed or [feed, ...]}, a feed being {input: array},
         to verify on (default: the source's warmup requests, else generated).
       report: path of a JSON report to write.
@@ -181,14 +218,19 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
       isolate: first read `src` with TensorFlow in a child process, so that
         a model that crashes TF's loader is an ExportError, not a crash
         (costs a few seconds; turn off only for trusted models).
+      max_error: with dtype "auto" (only): the largest absolute difference
+        allowed between any float output element of the export and of the
+        source, on the verification requests.
     Returns:
-      An `ExportReport`.
+      An `ExportReport` (`.auto` holds what "auto" measured and chose).
     Raises:
       ExportError: anything refused or failed; `dst` is then left untouched.
     """
     progress = progress or Progress()
     fmt = dtype  # the storage format (the public argument keeps TF's word)
-    _check_arguments(src, dst, fmt, ops, min_rows, chunk_rows, overwrite)
+    _check_arguments(src, dst, fmt, ops, min_rows, chunk_rows, overwrite, verify,
+                     max_error)
+    auto = fmt == AUTO
     if ops == "fused":
         import tf_compressed_embedding as tfce
         try:
@@ -215,8 +257,9 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
         progress.warn(text)
         result.warnings.append(text)
 
+    candidate_formats = AUTO_FORMATS if auto else (fmt,)
     chosen, result.kept_fp32, result.not_lookups = choose_tables(
-        analyses, tables, keep, min_rows, fmt, progress, warn)
+        analyses, tables, keep, min_rows, candidate_formats, progress, warn)
     if not chosen:
         raise ExportError(
             f"found no table to compress in {src}: no float32 rank-2 variable of at "
@@ -232,15 +275,50 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
         out = os.path.join(workdir, "model")
         # Inputs are derived from the source graphs, before the rewrite edits them.
         feeds = _feeds(src, analyses, chosen, examples) if verify else None
-        _write(source, analyses, chosen, fmt, ops, chunk_rows, out, progress, result)
-        if verify:
+        plan = None
+        if auto:
+            plan = _choose_formats(src, keys, feeds, chosen, chunk_rows, max_error,
+                                   progress, warn, result)
+            formats = {uid: plan.option(_auto_name(chosen, uid)).format for uid in chosen}
+        else:
+            formats = {uid: fmt for uid in chosen}
+        while True:
+            converted = {uid: t for uid, t in chosen.items()
+                         if formats[uid] != auto_plan.FP32}
+            _write(source, analyses, converted, formats, ops, chunk_rows, out, progress,
+                   result)
+            if not verify:
+                break
             progress.stage("verifying in fresh processes")
-            worst = max(t.relative_error for t in result.tables)
-            result.verification, result.tolerance, notes = verification.verify(
-                src, out, feeds, ops == "fused", worst)
+            worst = max((t.relative_error for t in result.tables), default=0.0)
+            try:
+                result.verification, result.tolerance, notes, largest = \
+                    verification.verify(src, out, feeds, ops == "fused", worst,
+                                        tolerance=max_error if auto else None)
+            except verification.ToleranceExceeded as e:
+                if not auto:
+                    raise
+                moved = plan.upgrade_largest()
+                if moved is None:
+                    raise
+                _record_upgrade(result, moved, e.difference, "export", progress)
+                formats = {uid: plan.option(_auto_name(chosen, uid)).format
+                           for uid in chosen}
+                # The rewrite edited the analyses: the next build starts afresh.
+                shutil.rmtree(out)
+                result.tables = []
+                analyses = [analyze(source, key, source.loaded.signatures[key])
+                            for key in keys]
+                chosen = _same_tables(chosen, analyses, tables, keep, min_rows,
+                                      candidate_formats)
+                continue
             for note in notes:
                 warn(note)
             result.verified = True
+            break
+        if auto:
+            _finish_auto_report(result, plan, chosen, largest)
+        if verify:
             if os.path.exists(os.path.join(src, warmup.WARMUP_FILE)):
                 # The source's own requests, carried over with assets.extra/:
                 # real traffic, kept as it is.
@@ -258,13 +336,112 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
     return result
 
 
-def _write(source, analyses, chosen, fmt, ops, chunk_rows, out, progress, result):
+def _auto_names(chosen):
+    """{uid: a unique name}: the table's name, with its checkpoint key when two
+    tables share one."""
+    names = {}
+    for uid, table in sorted(chosen.items(), key=lambda x: x[1].location.name):
+        name = table.location.name
+        if name in names.values():
+            name = f"{name} ({table.location.key}, rows from "\
+                   f"{table.location.offset[0]})"
+        names[uid] = name
+    return names
+
+
+def _auto_name(chosen, uid):
+    return _auto_names(chosen)[uid]
+
+
+def _choose_formats(src, keys, feeds, chosen, chunk_rows, max_error, progress, warn,
+                    result):
+    """Measures and chooses (sensitivity.py in a child process); returns the
+    auto_plan.Plan at the choice; starts `result.auto`."""
+    names = _auto_names(chosen)
+    requests = []
+    for uid, table in sorted(chosen.items(), key=lambda x: names[x[0]]):
+        dim = table.location.shape[1]
+        shrinking = [f for f in AUTO_FORMATS if quantization.row_bytes(f, dim) < 4 * dim]
+        requests.append({"uid": [uid[0], list(uid[1]), list(uid[2])], "name": names[uid],
+                         "formats": shrinking})
+    rows_per_chunk = chunk_rows or max(1, DEFAULT_CHUNK_BYTES // max(
+        1, 4 * max(t.location.shape[1] for t in chosen.values())))
+    measured = sensitivity.measure(src, keys, feeds, requests, rows_per_chunk, max_error,
+                                   progress, warn)
+    by_name = {t["name"]: t for t in measured["tables"]}
+    candidates, auto_tables = {}, []
+    for uid, table in sorted(chosen.items(), key=lambda x: names[x[0]]):
+        got, (rows, dim) = by_name[names[uid]], table.location.shape
+        errors = dict(got["errors"], **{auto_plan.FP32: 0.0})
+        candidates[names[uid]] = [
+            auto_plan.Option(f, rows * _auto_row_bytes(f, dim), errors[f], np.zeros(0))
+            for f in got["options"]]
+        auto_tables.append(AutoTable(
+            names[uid], table.location.key, rows, dim, got["chosen"], 0, 0.0,
+            got["errors"], got["unusable"], got["smaller_predicted"]))
+    plan = auto_plan.Plan(candidates, max_error).set_formats(
+        {name: got["chosen"] for name, got in by_name.items()})
+    if all(f == auto_plan.FP32 for f in plan.formats().values()):
+        least = min(((e, n, f) for n, t in by_name.items()
+                     for f, e in t["errors"].items() if e is not None), default=None)
+        raise ExportError(
+            f"--dtype auto: no table can be compressed within max error {max_error:g}"
+            + (f": the smallest change one table makes alone is {least[0]:.3g} ("
+               f"{least[1]} as {least[2]}): pass --max-error {least[0]:.3g} or more"
+               if least else ""))
+    result.auto = AutoReport(max_error, auto_tables, measured["predicted"],
+                             measured["single_sum"], measured["substituted_error"],
+                             output_values=measured["outputs"])
+    for upgrade in measured["upgrades"]:
+        result.auto.upgrades.append(upgrade)
+    return plan
+
+
+def _auto_row_bytes(fmt, dim):
+    return 4 * dim if fmt == auto_plan.FP32 else quantization.row_bytes(fmt, dim)
+
+
+def _record_upgrade(result, moved, difference, where, progress):
+    name, old, new = moved
+    result.auto.upgrades.append({"table": name, "from": old, "to": new,
+                                 "measured": difference, "where": where})
+    progress.note(f"the export differs by {difference:.3g} > {result.auto.max_error:.3g}: "
+                  f"{name} {old} -> {new}, building it again")
+
+
+def _same_tables(chosen, analyses, tables, keep, min_rows, formats):
+    """`chosen` found again in fresh `analyses` (the same tables)."""
+    again, _, _ = choose_tables(analyses, tables, keep, min_rows, formats, Progress(),
+                                lambda text: None)
+    if sorted(again) != sorted(chosen):
+        raise ExportError("internal: analyzing the source again found other tables")
+    return again
+
+
+def _finish_auto_report(result, plan, chosen, measured):
+    """The choice as built (after any upgrade of the proof), with its bytes and
+    the error verification `measured`."""
+    auto, names = result.auto, _auto_names(chosen)
+    for uid in chosen:
+        entry = next(t for t in auto.tables if t.name == names[uid])
+        option = plan.option(entry.name)
+        entry.format, entry.bytes, entry.error = option.format, option.bytes, option.error
+        int8 = _auto_row_bytes("int8", entry.dim)
+        auto.bytes_int8 += entry.rows * min(int8, 4 * entry.dim)
+        auto.bytes_fp32 += entry.rows * 4 * entry.dim
+    auto.bytes = sum(t.bytes for t in auto.tables)
+    auto.single_sum = plan.single_sum()
+    auto.measured_error = measured
+
+
+def _write(source, analyses, chosen, formats, ops, chunk_rows, out, progress, result):
     progress.stage("rewriting signatures")
     module = output_model.ExportedModel()
     compressed, kept, streams, full_shapes = {}, {}, [], {}
     for i, table in enumerate(sorted(chosen.values(), key=lambda t: t.location.name)):
         rows, dim = table.location.shape
-        compressed[table.uid] = output_model.CompressedVariables(i, rows, dim, fmt)
+        compressed[table.uid] = output_model.CompressedVariables(i, rows, dim,
+                                                                 formats[table.uid])
         module.compressed_tables.append(compressed[table.uid])
 
     def resolve(binding):
@@ -285,7 +462,7 @@ def _write(source, analyses, chosen, fmt, ops, chunk_rows, out, progress, result
     signature_functions, counts = {}, {}
     for analysis in analyses:
         mine = {p: uid for uid, t in chosen.items() for p in t.placeholders.get(analysis.key, ())}
-        rewritten = rewrite(analysis, mine, fmt, ops)
+        rewritten = rewrite(analysis, mine, formats, ops)
         for uid, (lookups, pooled) in rewritten.lookup_counts.items():
             total = counts.setdefault(uid, [0, 0])
             total[0] += lookups
@@ -297,12 +474,12 @@ def _write(source, analyses, chosen, fmt, ops, chunk_rows, out, progress, result
 
     for index, variables in enumerate(module.compressed_tables):
         uid = next(u for u, t in compressed.items() if t is variables)
-        table_report = new_report(chosen[uid].location, fmt)
+        table_report = new_report(chosen[uid].location, formats[uid])
         table_report.signatures = sorted(chosen[uid].placeholders)
         table_report.lookups, table_report.pooled_lookups = counts.get(uid, (0, 0))
         result.tables.append(table_report)
         streams.append(_table_stream(source, chosen[uid].location, variables, index,
-                                     fmt, chunk_rows, table_report, full_shapes,
+                                     formats[uid], chunk_rows, table_report, full_shapes,
                                      progress))
     progress.stage("writing the compressed checkpoint")
     output_model.rebuild_checkpoint(out, streams)
@@ -321,13 +498,12 @@ def _table_stream(source, loc, variables, index, fmt, chunk_rows, table_report,
     """Registers one table's variables in `full_shapes`; returns the stream of
     its encoded chunks (data and scales from one pass over the source)."""
     rows, dim = loc.shape
-    storage = quantization.storage_dtype(fmt)
-    tensors = [(output_model.variable_key(f"compressed_tables/{index}/data"), (rows, dim),
-                storage)]
+    tensors = [(output_model.variable_key(f"compressed_tables/{index}/data"),
+                quantization.data_shape(fmt, rows, dim), quantization.storage_dtype(fmt))]
     full_shapes[_variable_name(variables.data)] = tensors[0][:2]
     if variables.scales is not None:
         tensors.append((output_model.variable_key(f"compressed_tables/{index}/scales"),
-                        (rows,), np.float32))
+                        quantization.scales_shape(fmt, rows), np.float32))
         full_shapes[_variable_name(variables.scales)] = tensors[1][:2]
     rows_per_chunk = chunk_rows or max(1, DEFAULT_CHUNK_BYTES // max(1, 4 * dim))
 

@@ -5,8 +5,8 @@ signature as the graph shows it, not just for its dtypes.
   smallest such table, including 0 and rows-1.
 - Inputs that are keys of a lookup table (`StaticHashTable`, `StringLookup`,
   vocabulary feature columns: `LookupTableFindV2`) are drawn from the keys
-  the table holds, read from the loaded table itself, plus one key it does
-  not hold (its default row).
+  the table holds, read from the loaded table itself (sorted, so every run
+  draws the same), plus one key it does not hold (its default row).
 - Composite inputs are generated whole. A `tf.function` with a
   `RaggedTensorSpec` or `SparseTensorSpec` argument is saved with the
   components as separate inputs (`ids`, `ids_1`, ...), which the signature's
@@ -91,11 +91,14 @@ def table_keys(analysis):
                 Tvalues=node.attr["Tout"].type)
         except (tf.errors.OpError, TypeError, ValueError):
             continue  # not an exportable table (e.g. a hashed bucket op)
-        values = exported.numpy().reshape(-1)
+        # Sorted: a hash table exports in an order that differs between
+        # processes, and the inputs (what --dtype auto measures on) must not.
+        values = np.unique(exported.numpy().reshape(-1))
         if not values.size:
             continue
         for key in _ancestor_inputs(editor, [node.input[1]], by_placeholder):
-            keys[key] = np.concatenate([keys[key], values]) if key in keys else values
+            keys[key] = np.unique(np.concatenate([keys[key], values])) if key in keys \
+                else values
     return keys
 
 

@@ -1,48 +1,76 @@
 """Replacing a table's lookups with decode subgraphs over its compressed variables.
 
 Each replacement keeps the name of the node it replaces, so every consumer
-stays wired. `ops="fused"` emits this package's ops (`CompressedEmbeddingLookup`
-for row gathers, `FusedDecodeAxpy` for pooled lookups); `ops="stock"` emits
-only stock TF ops for the decode (gather int8 + cast * scale, or gather fp16 +
-cast) and leaves pooling to the graph's own ops.
+stays wired. Every table has its own storage format (`--dtype auto` mixes
+them). `ops="fused"` emits this package's ops (`CompressedEmbeddingLookup`
+for row gathers, `FusedDecodeAxpy` for pooled lookups), with the
+`row_format` and `dim` attributes for the rowwise formats; `ops="stock"`
+emits only stock TF ops for the decode and leaves pooling to the graph's own
+ops: gather fp16 + cast; gather int8 + cast * the gathered scale
+(int8_split); for the rowwise records (quantization.py), gather the uint8
+records, bitcast the header bytes to the float32 scale (int8) or the
+float16 scale and bias (int4), the values to int8 or to nibbles (bitwise
+and / right shift, interleaved), and multiply (then add the bias): the
+operations and roundings of `quantization.decode`, so the rows are
+bit-identical to it.
 """
 import dataclasses
 
 import tensorflow as tf
 
 from export_tools.graph_edit import node_name, output_index
+from tf_compressed_embedding import quantization
 
 
 @dataclasses.dataclass
 class CompressedInputs:
-    """Placeholders (bound to the new variables at import) and reads of one table."""
+    """Placeholders (bound to the new variables at import) and reads of one
+    table stored in format `fmt`, of decoded width `dim`."""
     data_placeholder: str
-    scales_placeholder: str  # None for fp16 (its scales are an empty constant)
+    scales_placeholder: str  # None unless int8_split (the others: an empty constant)
     data_read: str
     scales_read: str
+    fmt: str
+    dim: int
+
+    @property
+    def storage(self):
+        return tf.as_dtype(quantization.storage_dtype(self.fmt))
+
+    @property
+    def rowwise(self):
+        return self.fmt in quantization.ROWWISE_FORMATS
+
+    def op_attrs(self):
+        """The fused ops' attrs naming the format. The plain formats leave
+        row_format and dim at their defaults: their nodes are the ones
+        servers built with version 0.1.0's ops know."""
+        if not self.rowwise:
+            return {"T": self.storage}
+        return {"T": self.storage, "row_format": quantization.op_row_format(self.fmt),
+                "dim": self.dim}
 
 
 class Emitter:
-    """Emits decode subgraphs into `editor` for tables stored in `fmt`."""
+    """Emits decode subgraphs into `editor`."""
 
-    def __init__(self, editor, specs, fmt, ops):
+    def __init__(self, editor, specs, ops):
         self.editor = editor
         self.specs = specs
-        self.fmt = fmt
         self.ops = ops
-        self.storage = tf.int8 if fmt == "int8" else tf.float16
 
     def _dtype(self, tensor):
         return self.specs[node_name(tensor)][output_index(tensor)][1]
 
-    def add_table(self, base):
-        """Adds the placeholders and reads for one compressed table."""
+    def add_table(self, base, fmt, dim):
+        """Adds the placeholders and reads for one table stored as `fmt`."""
         ed = self.editor
+        storage = tf.as_dtype(quantization.storage_dtype(fmt))
         data_ph = ed.add(ed.unique_name(base + "/data"), "Placeholder", [],
                          dtype=tf.resource)
         data_read = ed.add(ed.unique_name(base + "/data_read"), "ReadVariableOp",
-                           [data_ph], dtype=self.storage)
-        if self.fmt == "int8":
+                           [data_ph], dtype=storage)
+        if quantization.scales_shape(fmt, 1) != (0,):
             scales_ph = ed.add(ed.unique_name(base + "/scales"), "Placeholder", [],
                                dtype=tf.resource)
             scales_read = ed.add(ed.unique_name(base + "/scales_read"),
@@ -50,7 +78,7 @@ class Emitter:
         else:
             scales_ph = None
             scales_read = ed.add_const(base + "/no_scales", [], tf.float32)
-        return CompressedInputs(data_ph, scales_ph, data_read, scales_read)
+        return CompressedInputs(data_ph, scales_ph, data_read, scales_read, fmt, dim)
 
     def control_inputs(self, table):
         """The reads that stand in for the FP32 read in control dependencies."""
@@ -64,7 +92,8 @@ class Emitter:
         ed.remove(name)
         if self.ops == "fused":
             ed.add(name, "CompressedEmbeddingLookup",
-                   [table.data_read, table.scales_read, ids], T=self.storage, Tidx=id_type)
+                   [table.data_read, table.scales_read, ids], Tidx=id_type,
+                   **table.op_attrs())
             return
         self._stock_decode(table, name, ids, id_type)
 
@@ -89,14 +118,15 @@ class Emitter:
 
     def _stock_decode(self, table, name, ids, id_type):
         """Adds node `name`: float32 rows `ids` of the table, decoded by stock
-        ops (gather int8, cast, times the gathered scale; or gather fp16,
-        cast)."""
+        ops (see the module)."""
+        if table.rowwise:
+            return self._stock_decode_records(table, name, ids, id_type)
         ed = self.editor
         axis = ed.add_const(name + "/decode/axis", 0, tf.int32)
         rows = ed.add(ed.unique_name(name + "/decode/rows"), "GatherV2",
-                      [table.data_read, ids, axis], Tparams=self.storage,
+                      [table.data_read, ids, axis], Tparams=table.storage,
                       Tindices=id_type, Taxis=tf.int32, batch_dims=0)
-        if self.fmt == "fp16":
+        if table.fmt == "fp16":
             return ed.add(name, "Cast", [rows], SrcT=tf.float16, DstT=tf.float32,
                           Truncate=False)
         as_float = ed.add(ed.unique_name(name + "/decode/to_float"), "Cast", [rows],
@@ -109,14 +139,119 @@ class Emitter:
                         [scales, last], T=tf.float32, Tdim=tf.int32)
         return ed.add(name, "Mul", [as_float, column], T=tf.float32)
 
+    def _columns(self, base, matrix, dtype, begin, end):
+        """`matrix[:, begin:end]` of a rank-2 tensor."""
+        ed = self.editor
+        return ed.add(ed.unique_name(base), "StridedSlice", [
+            matrix, ed.add_const(base + "_begin", [0, begin], tf.int32),
+            ed.add_const(base + "_end", [0, end], tf.int32),
+            ed.add_const(base + "_strides", [1, 1], tf.int32)],
+            T=dtype, Index=tf.int32, begin_mask=1, end_mask=1, ellipsis_mask=0,
+            new_axis_mask=0, shrink_axis_mask=0)
+
+    def _stock_decode_records(self, table, name, ids, id_type):
+        """The rows of a rowwise table: the records of the flattened ids are
+        gathered as uint8 [N, R], decoded to [N, D] and shaped ids + [D].
+        The little-endian header is bitcast as it is: Bitcast keeps the bytes,
+        and the CPUs TF Serving runs on (x86, ARM) are little-endian."""
+        ed = self.editor
+        base = name + "/decode"
+        flat = ed.add(ed.unique_name(base + "/flat_ids"), "Reshape",
+                      [ids, ed.add_const(base + "/flat", [-1], tf.int32)],
+                      T=id_type, Tshape=tf.int32)
+        rows = ed.add(ed.unique_name(base + "/records"), "GatherV2",
+                      [table.data_read, flat, ed.add_const(base + "/axis", 0, tf.int32)],
+                      Tparams=tf.uint8, Tindices=id_type, Taxis=tf.int32, batch_dims=0)
+        header_bytes = quantization.RECORD_HEADER_BYTES
+        record = quantization.record_bytes(table.fmt, table.dim)
+        header = self._columns(base + "/header", rows, tf.uint8, 0, header_bytes)
+        values = self._columns(base + "/values", rows, tf.uint8, header_bytes, record)
+        if table.fmt == "int8":
+            # float32(q) * scale: one rounding, as quantization.decode
+            scale = ed.add(ed.unique_name(base + "/scale"), "Bitcast", [header],
+                           T=tf.uint8, type=tf.float32)
+            q = ed.add(ed.unique_name(base + "/q"), "Bitcast", [values], T=tf.uint8,
+                       type=tf.int8)
+            as_float = ed.add(ed.unique_name(base + "/to_float"), "Cast", [q],
+                              SrcT=tf.int8, DstT=tf.float32, Truncate=False)
+            column = ed.add(ed.unique_name(base + "/scale_column"), "ExpandDims",
+                            [scale, ed.add_const(base + "/last_axis", -1, tf.int32)],
+                            T=tf.float32, Tdim=tf.int32)
+            decoded = ed.add(ed.unique_name(base + "/decoded"), "Mul", [as_float, column],
+                             T=tf.float32)
+        else:
+            # float32(q) * scale, then + bias: two roundings, as quantization.decode
+            halves = ed.add(ed.unique_name(base + "/header_halves"), "Reshape",
+                            [header, ed.add_const(base + "/halves", [-1, 2, 2], tf.int32)],
+                            T=tf.uint8, Tshape=tf.int32)
+            meta16 = ed.add(ed.unique_name(base + "/scale_bias16"), "Bitcast", [halves],
+                            T=tf.uint8, type=tf.float16)
+            meta = ed.add(ed.unique_name(base + "/scale_bias"), "Cast", [meta16],
+                          SrcT=tf.float16, DstT=tf.float32, Truncate=False)
+            scale = self._columns(base + "/scale", meta, tf.float32, 0, 1)
+            bias = self._columns(base + "/bias", meta, tf.float32, 1, 2)
+            low = ed.add(ed.unique_name(base + "/low"), "BitwiseAnd",
+                         [values, ed.add_const(base + "/mask", 0x0F, tf.uint8)],
+                         T=tf.uint8)
+            high = ed.add(ed.unique_name(base + "/high"), "RightShift",
+                          [values, ed.add_const(base + "/shift", 4, tf.uint8)],
+                          T=tf.uint8)
+            # [N, C, 2] -> [N, 2C]: element 2j is byte j's low nibble, 2j+1 its high
+            pairs = ed.add(ed.unique_name(base + "/nibble_pairs"), "Pack", [low, high],
+                           N=2, T=tf.uint8, axis=2)
+            nibbles = ed.add(ed.unique_name(base + "/nibbles"), "Reshape", [
+                pairs, ed.add_const(base + "/nibbles_shape",
+                                    [-1, 2 * (record - header_bytes)], tf.int32)],
+                T=tf.uint8, Tshape=tf.int32)
+            q = self._columns(base + "/q", nibbles, tf.uint8, 0, table.dim)
+            as_float = ed.add(ed.unique_name(base + "/to_float"), "Cast", [q],
+                              SrcT=tf.uint8, DstT=tf.float32, Truncate=False)
+            scaled = ed.add(ed.unique_name(base + "/scaled"), "Mul", [as_float, scale],
+                            T=tf.float32)
+            decoded = ed.add(ed.unique_name(base + "/decoded"), "AddV2", [scaled, bias],
+                             T=tf.float32)
+        ids_shape = ed.add(ed.unique_name(base + "/ids_shape"), "Shape", [ids],
+                           T=id_type, out_type=tf.int32)
+        shape = ed.add(ed.unique_name(base + "/shape"), "ConcatV2", [
+            ids_shape, ed.add_const(base + "/dim", [table.dim], tf.int32),
+            ed.add_const(base + "/concat_axis", 0, tf.int32)], T=tf.int32, N=2,
+            Tidx=tf.int32)
+        return ed.add(name, "Reshape", [decoded, shape], T=tf.float32, Tshape=tf.int32)
+
     def replace_shape_query(self, table, name):
-        """`Shape(read)` / `VariableShape(T)` of the table: the same shape, asked
-        of the compressed rows."""
-        node = self.editor.nodes[name]
+        """`Shape(read)` / `VariableShape(T)` / `Size` / `Rank` of the table:
+        the same values, asked of the compressed rows. A rowwise table's
+        records are [V, R]; its shape [V, D] is built from V."""
+        ed = self.editor
+        node = ed.nodes[name]
         source = table.data_placeholder if node.op == "VariableShape" else table.data_read
         node.input[0] = source
         if node.op in ("Shape", "Size", "Rank"):
-            node.attr["T"].type = self.storage.as_datatype_enum
+            node.attr["T"].type = table.storage.as_datatype_enum
+        if not table.rowwise or node.op == "Rank":
+            return
+        op, inputs = node.op, list(node.input)
+        out_type = tf.as_dtype(node.attr["out_type"].type)
+        ed.remove(name)
+        if op == "VariableShape":
+            records = ed.add(ed.unique_name(name + "/records"), op, inputs,
+                             out_type=out_type)
+        else:
+            records = ed.add(ed.unique_name(name + "/records"), "Shape", inputs,
+                             T=table.storage, out_type=out_type)
+        rows = ed.add(ed.unique_name(name + "/rows"), "StridedSlice", [
+            records, ed.add_const(name + "/rows_begin", [0], tf.int32),
+            ed.add_const(name + "/rows_end", [1], tf.int32),
+            ed.add_const(name + "/rows_strides", [1], tf.int32)],
+            T=out_type, Index=tf.int32, begin_mask=0, end_mask=0, ellipsis_mask=0,
+            new_axis_mask=0, shrink_axis_mask=0)
+        shape_name = name if op != "Size" else ed.unique_name(name + "/decoded_shape")
+        shape = ed.add(shape_name, "ConcatV2", [
+            rows, ed.add_const(name + "/dim", [table.dim], out_type),
+            ed.add_const(name + "/axis", 0, tf.int32)], T=out_type, N=2, Tidx=tf.int32)
+        if op == "Size":
+            ed.add(name, "Prod", [shape, ed.add_const(name + "/prod_axis", [0], tf.int32)],
+                   T=out_type, Tidx=tf.int32, keep_dims=False)
 
     def replace_pooled(self, table, pooled):
         """`pooled.root` becomes one FusedDecodeAxpy (fused mode only)."""
@@ -133,7 +268,7 @@ class Emitter:
         ed.remove(root)
         ed.add(root, "FusedDecodeAxpy",
                [table.data_read, table.scales_read, ids, segment_ids, weights, num_segments],
-               T=self.storage, Tidx=self._dtype(ids), Tseg=self._dtype(segment_ids),
+               **table.op_attrs(), Tidx=self._dtype(ids), Tseg=self._dtype(segment_ids),
                Tnumsegments=self._dtype(num_segments), combiner=pooled.combiner)
 
     def _record(self, name, dtype):

@@ -33,16 +33,19 @@ def empty_variable(shape, dtype, name):
 
 class CompressedVariables(tf.Module):
     """The variables of one compressed table, in the package's format layout
-    (`data` int8/fp16 `[V, D]`, `scales` float32 `[V]` for int8)."""
+    (quantization.py): `data` of `data_shape(fmt, rows, dim)` (uint8 records
+    for the rowwise formats, int8 or fp16 rows for the others), and `scales`
+    float32 `[V]` for int8_split (None for the others)."""
 
     def __init__(self, index, rows, dim, fmt):
         super().__init__(name=f"compressed_table_{index}")
         self.full_shape = (rows, dim)
-        self.data = empty_variable((rows, dim), tf.as_dtype(
+        self.format = fmt
+        self.data = empty_variable(quantization.data_shape(fmt, rows, dim), tf.as_dtype(
             quantization.storage_dtype(fmt)), f"compressed_table_{index}_data")
         self.scales = (empty_variable((rows,), tf.float32,
                                        f"compressed_table_{index}_scales")
-                       if fmt == "int8" else None)
+                       if quantization.scales_shape(fmt, rows) != (0,) else None)
 
 
 class ExportedModel(tf.Module):
@@ -115,6 +118,8 @@ def rebuild_checkpoint(path, streams):
     bundles merged into one (data files moved, not copied): the other
     variables as saved, and the streamed ones, chunk by chunk.
     """
+    if not streams:  # nothing streamed: the saved checkpoint is complete
+        return
     prefix = os.path.join(path, "variables", "variables")
     small = checkpoint_io.CheckpointReader(prefix)
     streamed = {key for stream in streams for key, _, _ in stream.tensors}

@@ -149,13 +149,16 @@ def analyze(source, key, function):
                              names, [kwargs[n] for n in names], arg_tensors, outputs)
 
 
-def rewrite(analysis, chosen, fmt, ops):
-    """Rewrites the lookups of the tables in `chosen` (placeholder -> table uid)."""
-    editor, emitter = analysis.editor, Emitter(analysis.editor, analysis.specs, fmt, ops)
+def rewrite(analysis, chosen, formats, ops):
+    """Rewrites the lookups of the tables in `chosen` (placeholder -> table
+    uid), each stored in format `formats[uid]`. Edits `analysis.editor`: a
+    signature is rewritten once."""
+    editor, emitter = analysis.editor, Emitter(analysis.editor, analysis.specs, ops)
     bindings, reads = {}, {}
     for placeholder, uid in chosen.items():
         uses = analysis.uses[placeholder]
-        table = emitter.add_table(placeholder)
+        table = emitter.add_table(placeholder, formats[uid],
+                                  analysis.locations[placeholder].shape[1])
         reads[table.data_read] = uid
         bindings[table.data_placeholder] = ("table", uid, "data")
         if table.scales_placeholder:

@@ -32,17 +32,18 @@ class TableReport:
 
 
 def new_report(location, fmt):
+    """The report of a table stored as `fmt`: its bytes are the stored rows
+    (records, or values) and any separate scales."""
     rows, dim = location.shape
-    after = rows * dim * quantization.storage_dtype(fmt).itemsize + 4 * int(
-        np.prod(quantization.scales_shape(fmt, rows)))
     return TableReport(location.name, location.key, rows, dim, fmt,
-                       rows * dim * location.dtype.size, after)
+                       rows * dim * location.dtype.size,
+                       rows * quantization.row_bytes(fmt, dim))
 
 
 def encoded_chunks(reader, location, fmt, chunk_rows, report, on_rows=None):
     """Yields (row_start, data, scales) for each chunk of `location`, encoded in
     `fmt`; fills the error fields of `report`. `on_rows(n)` reports progress."""
-    rows = location.shape[0]
+    rows, dim = location.shape
     total_error = 0.0
     for start in range(0, rows, chunk_rows):
         count = min(chunk_rows, rows - start)
@@ -51,7 +52,7 @@ def encoded_chunks(reader, location, fmt, chunk_rows, report, on_rows=None):
             data, scales = quantization.encode(values, fmt, row_offset=start)
         except ValueError as e:
             raise ExportError(f"table {location.name!r}: {e}") from e
-        error = quantization.decode(data, scales, fmt)
+        error = quantization.decode(data, scales, fmt, dim)
         np.subtract(error, values, out=error)
         np.abs(error, out=error)
         if error.size:
@@ -66,5 +67,5 @@ def encoded_chunks(reader, location, fmt, chunk_rows, report, on_rows=None):
         yield start, data, scales
         if on_rows:
             on_rows(count)
-    cells = rows * location.shape[1]
+    cells = rows * dim
     report.mean_abs_error = total_error / cells if cells else 0.0

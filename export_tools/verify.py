@@ -6,11 +6,15 @@ examples.py), else generated valid for the signature (input_generation.py).
 
 Float outputs must agree within a tolerance derived from the quantization:
 `factor * worst relative table error * max|source output|`, plus a
-float-rounding floor. Other outputs (ids, strings, classes) must be equal,
-except in one case: a signature that returns ranked ids together with their
-scores (a float output of the same shape, as TFRS retrieval and top-k heads
-do). Compressing the tables moves scores by up to the tolerance, so
-candidates whose scores tie within it can trade places, as they do between
+float-rounding floor (the relative error is the largest |decoded - FP32| of
+an element over its row's largest magnitude, measured while the tables were
+encoded; `quantization.max_decode_error(fmt, 1)` bounds it per format). With
+`--dtype auto` the tolerance is the user's bound, `--max-error`. Other
+outputs (ids, strings, classes) must be equal, except in one case: a
+signature that returns ranked ids together with their scores (a float
+output of the same shape, as TFRS retrieval and top-k heads do).
+Compressing the tables moves scores by up to the tolerance, so candidates
+whose scores tie within it can trade places, as they do between
 the source and its own dequantized copy. There ids may differ, because the
 scores at every rank are checked against the source's; the count of
 differing ids is reported as a warning.
@@ -54,20 +58,33 @@ def run_model(path, feeds, load_ops, workdir):
     return load_feeds(outputs)
 
 
-def verify(src, dst, feeds, load_ops, relative_error, factor=TOLERANCE_FACTOR):
+class ToleranceExceeded(ExportError):
+    """A float output differs from the source's by more than the tolerance
+    (`difference`, the largest over every float output)."""
+
+    def __init__(self, message, difference):
+        super().__init__(message)
+        self.difference = difference
+
+
+def verify(src, dst, feeds, load_ops, relative_error, factor=TOLERANCE_FACTOR,
+           tolerance=None):
     """Runs both models on `feeds` ({signature: [feed, ...]}); returns ({sig:
     {out: max abs diff, or count of differing values, over the requests}},
-    tolerance, [warning]) or raises ExportError naming the first output that
-    does not agree."""
+    tolerance, [warning], the largest float difference), or raises
+    ExportError naming the output that does not agree (ToleranceExceeded
+    for float outputs, naming the one that differs most). `tolerance`, if
+    given, is the absolute tolerance instead of the derived one."""
     with tempfile.TemporaryDirectory(prefix="tfce-verify-") as workdir:
         want = run_model(src, feeds, False, workdir)
         got = run_model(dst, feeds, load_ops, workdir)
-    scale = max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0))
-                 for requests in want.values() for outs in requests
-                 for v in outs.values() if np.issubdtype(v.dtype, np.floating)),
-                default=0.0)
-    tolerance = factor * relative_error * scale + ROUNDING_FLOOR * max(scale, 1.0)
-    diffs, warnings = {}, []
+    if tolerance is None:
+        scale = max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0))
+                     for requests in want.values() for outs in requests
+                     for v in outs.values() if np.issubdtype(v.dtype, np.floating)),
+                    default=0.0)
+        tolerance = factor * relative_error * scale + ROUNDING_FLOOR * max(scale, 1.0)
+    diffs, warnings, worst = {}, [], (0.0, None)
     for sig, requests in want.items():
         diffs[sig] = {}
         for i, outs in enumerate(requests):
@@ -76,7 +93,13 @@ def verify(src, dst, feeds, load_ops, relative_error, factor=TOLERANCE_FACTOR):
                 diff = _difference(where, key, got[sig][i][key], value, outs, tolerance,
                                    warnings)
                 diffs[sig][key] = max(diffs[sig].get(key, 0.0), diff)
-    return diffs, tolerance, warnings
+                if np.issubdtype(value.dtype, np.floating) and not diff <= worst[0]:
+                    worst = (diff, f"{where} output {key!r}")
+    if not worst[0] <= tolerance:
+        raise ToleranceExceeded(f"verification: {worst[1]} differs from the source by "
+                                f"{worst[0]:.3g}, above the tolerance {tolerance:.3g}",
+                                worst[0])
+    return diffs, tolerance, warnings, worst[0]
 
 
 def _difference(where, key, got, want, outputs, tolerance, warnings):
@@ -86,12 +109,7 @@ def _difference(where, key, got, want, outputs, tolerance, warnings):
                           f"{got.dtype}{list(got.shape)}, the source gives "
                           f"{want.dtype}{list(want.shape)}")
     if np.issubdtype(want.dtype, np.floating):
-        diff = _float_difference(got, want)
-        if not diff <= tolerance:
-            raise ExportError(f"verification: {where} output {key!r} differs from "
-                              f"the source by {diff:.3g}, above the tolerance "
-                              f"{tolerance:.3g}")
-        return diff
+        return _float_difference(got, want)
     diff = float(np.count_nonzero(got != want))
     if diff:
         warnings.append(_ranked_ids_differ(where, key, want, outputs, diff))

@@ -1,10 +1,11 @@
 """export_tools on SavedModels of every source kind, built in the tests.
 
-For each kind, the model is exported int8 and fp16, with fused and stock ops,
-and every export is run in fresh processes through `tf.saved_model.load` and
-the TF1 Session loader (TF Serving's path), against two references run the
-same way: the source itself (within the quantization error) and a copy of the
-source whose tables hold their dequantized values (float rounding level).
+For each kind, the model is exported in every format of
+`quantization.FORMATS`, with fused and stock ops, and every export is run
+in fresh processes through `tf.saved_model.load` and the TF1 Session loader
+(TF Serving's path), against two references run the same way: the source
+itself (within the quantization error) and a copy of the source whose
+tables hold their dequantized values (float rounding level).
 """
 import collections
 import hashlib
@@ -25,7 +26,7 @@ from tf_compressed_embedding import quantization
 from repo_paths import SUPPORT
 
 EXPORTABLE = [k for k, b in export_models.BUILDERS.items() if not k.startswith("refuse_")]
-VARIANTS = [(d, o) for d in ("int8", "fp16") for o in ("fused", "stock")]
+VARIANTS = [(d, o) for d in quantization.FORMATS for o in ("fused", "stock")]
 FUSED_OPS = {"CompressedEmbeddingLookup", "FusedDecodeAxpy"}
 
 
@@ -54,7 +55,8 @@ def dequantized_copy(src, dst, table_keys, fmt):
         for table in tables:
             if isinstance(value, np.ndarray) and value.shape == table.shape \
                     and np.array_equal(value, table):
-                values[key] = quantization.decode(*quantization.encode(table, fmt), fmt)
+                values[key] = quantization.decode(*quantization.encode(table, fmt), fmt,
+                                                  table.shape[1])
     shutil.rmtree(os.path.join(dst, "variables"))
     keys = sorted(values)
     tf.raw_ops.SaveV2(prefix=prefix, tensor_names=keys, shape_and_slices=[""] * len(keys),
@@ -109,15 +111,15 @@ def _export_all(kind, workdir):
                                                    isolate=False)
     assert tree_digest(built.path) == digest, "the source was modified"
     references = {}
-    for dtype in ("int8", "fp16"):
+    for dtype in quantization.FORMATS:
         keys = [t.checkpoint_key for t in reports[dtype, "fused"].tables]
         references[dtype] = os.path.join(workdir, f"dequantized_{dtype}")
         dequantized_copy(built.path, references[dtype], keys, dtype)
     plain = run_models(workdir, "plain", [built.path] + list(references.values()),
                        built.examples, load_ops=False)
-    stock = run_models(workdir, "stock", [paths[d, "stock"] for d in ("int8", "fp16")],
+    stock = run_models(workdir, "stock", [paths[d, "stock"] for d in quantization.FORMATS],
                        built.examples, load_ops=False)
-    fused = run_models(workdir, "fused", [paths[d, "fused"] for d in ("int8", "fp16")],
+    fused = run_models(workdir, "fused", [paths[d, "fused"] for d in quantization.FORMATS],
                        built.examples, load_ops=True)
     outputs = {v: {**stock, **fused}[paths[v]] for v in VARIANTS}
     reference = {d: plain[references[d]] for d in references}
@@ -205,8 +207,9 @@ def test_signatures_identical(exported, kind, variant):
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(v))
 @pytest.mark.parametrize("kind", EXPORTABLE)
 def test_checkpoint_holds_compressed_tables_only(exported, kind, variant):
-    """Each table is int8 [V, D] + float32 [V] (or fp16 [V, D]) in the
-    checkpoint; no float32 copy of any table is left; the ops are as asked."""
+    """Each table is stored as its format's data (and int8_split's float32
+    scales [V]) in the checkpoint; no float32 copy of any table is left; the
+    ops are as asked, the fused ones naming the rowwise formats."""
     e = exported(kind)
     dtype, ops = variant
     reader = tf.train.load_checkpoint(os.path.join(e.paths[variant], "variables",
@@ -214,25 +217,36 @@ def test_checkpoint_holds_compressed_tables_only(exported, kind, variant):
     shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
     found = collections.Counter((tuple(shapes[k]), dtypes[k]) for k in shapes)
     report = e.reports[variant]
-    storage = tf.int8 if dtype == "int8" else tf.float16
+    storage = tf.as_dtype(quantization.storage_dtype(dtype))
     # Each table once, however many lookups (and Keras' duplicate paths) share it.
     assert sorted(k for k in found.elements() if k[1] == storage) == sorted(
-        ((t.rows, t.dim), storage) for t in report.tables)
+        (quantization.data_shape(dtype, t.rows, t.dim), storage) for t in report.tables)
     for t in report.tables:
-        if dtype == "int8":
+        assert t.format == dtype
+        assert t.bytes_after == t.rows * quantization.row_bytes(dtype, t.dim)
+        if quantization.scales_shape(dtype, t.rows) != (0,):
             assert found[(t.rows,), tf.float32] >= 1
         assert found[(t.rows, t.dim), tf.float32] == 0, f"FP32 copy of {t.name}"
     meta = _meta_graph(e.paths[variant])
-    ops_used = {n.op for f in meta.graph_def.library.function for n in f.node_def}
+    nodes = [n for f in meta.graph_def.library.function for n in f.node_def]
+    ops_used = {n.op for n in nodes}
     if ops == "stock":
         assert not ops_used & FUSED_OPS
     else:
         assert "CompressedEmbeddingLookup" in ops_used or "FusedDecodeAxpy" in ops_used
+        for node in nodes:
+            if node.op in FUSED_OPS:
+                assert tf.as_dtype(node.attr["T"].type) == storage
+                if dtype in quantization.ROWWISE_FORMATS:
+                    assert node.attr["row_format"].s.decode() == \
+                        quantization.op_row_format(dtype)
+                    assert node.attr["dim"].i in {t.dim for t in report.tables}
+                else:  # left at their defaults: what 0.1.0 servers know
+                    assert "row_format" not in node.attr and "dim" not in node.attr
     const_shapes = {tuple(d.size for d in n.attr["value"].tensor.tensor_shape.dim)
-                    for f in meta.graph_def.library.function for n in f.node_def
-                    if n.op == "Const"}
-    assert not const_shapes & {(t.rows, t.dim) for t in report.tables}, \
-        "a table became a graph constant"
+                    for n in nodes if n.op == "Const"}
+    assert not const_shapes & {quantization.data_shape(dtype, t.rows, t.dim)
+                               for t in report.tables}, "a table became a graph constant"
 
 
 # Pooled lookups per kind: module_lookups has sum/mean/sqrtn unweighted and
@@ -250,12 +264,13 @@ FUSED_POOLING = {"module_lookups": 10, "keras_export": 2, "keras_saved_model_sav
                  "tf1_feature_columns_partitioned": 6}
 
 
+@pytest.mark.parametrize("dtype", quantization.FORMATS)
 @pytest.mark.parametrize("kind", sorted(FUSED_POOLING))
-def test_pooled_lookups_become_fused_decode_axpy(exported, kind):
+def test_pooled_lookups_become_fused_decode_axpy(exported, kind, dtype):
     """Every pooled form is one FusedDecodeAxpy; no stock segment reduction
     is left on compressed rows."""
     e = exported(kind)
-    meta = _meta_graph(e.paths["int8", "fused"])
+    meta = _meta_graph(e.paths[dtype, "fused"])
     counts = collections.Counter(n.op for f in meta.graph_def.library.function
                                  for n in f.node_def)
     assert counts["FusedDecodeAxpy"] == FUSED_POOLING[kind]
@@ -284,11 +299,17 @@ def test_assets_and_extra_assets_carried_over(exported):
                 os.path.join(e.built.path, "assets.extra", name), "rb").read()
 
 
-@pytest.mark.parametrize("kind", [k for k in export_models.BUILDERS if k.startswith("refuse_")])
-def test_refusals(kind, tmp_path):
+# The formats each refusal model is refused in: beyond float16's range, fp16
+# values and int4 scales (the row's range / 15) are; int8 stores it.
+REFUSED_FORMATS = {"refuse_fp16_overflow": ("fp16", "int4")}
+
+
+@pytest.mark.parametrize("kind, dtype", [
+    (k, d) for k in export_models.BUILDERS if k.startswith("refuse_")
+    for d in REFUSED_FORMATS.get(k, ("int8",))])
+def test_refusals(kind, dtype, tmp_path):
     built = export_models.BUILDERS[kind](str(tmp_path / "src"))
     digest = tree_digest(built.path)
-    dtype = "fp16" if kind == "refuse_fp16_overflow" else "int8"
     with pytest.raises(ExportError, match=built.refusal):
         compress_saved_model(built.path, str(tmp_path / "dst"), dtype=dtype, min_rows=1)
     assert sorted(os.listdir(tmp_path)) == ["src"], "a partial output was left behind"

@@ -13,7 +13,9 @@ import tensorflow as tf
 
 import export_models
 from export_tools import ExportError, compress, compress_saved_model, probe, verify
+from export_tools.options import DTYPES
 from test_export import tree_digest
+from tf_compressed_embedding import quantization
 
 CLI = [sys.executable, "-m", "export_tools"]
 
@@ -36,13 +38,29 @@ def test_help():
     done = run_cli("--help")
     assert done.returncode == 0
     for option in ("--dtype", "--ops", "--tables", "--keep", "--min-rows", "--signatures",
-                   "--chunk-rows", "--overwrite", "--no-verify", "--report", "--examples"):
+                   "--chunk-rows", "--overwrite", "--no-verify", "--report", "--examples",
+                   "--max-error"):
         assert option in done.stdout
+    text = " ".join(done.stdout.split())
+    assert "{" + ",".join(DTYPES) + "}" in text
+    for fmt in quantization.FORMATS + ("auto",):
+        assert f"'{fmt}':" in text, fmt
+    assert "absolute difference allowed between any float output element" in text
 
 
-def test_bad_usage_exits_2(tmp_path):
-    done = run_cli(tmp_path / "a", tmp_path / "b", "--dtype", "int4")
-    assert done.returncode == 2 and "invalid choice: 'int4'" in done.stderr
+@pytest.mark.parametrize("args, message", [
+    (["--dtype", "int2"], "invalid choice: 'int2'"),
+    (["--dtype", "auto"], "--dtype auto needs --max-error E"),
+    (["--dtype", "auto", "--max-error", "0"], "--max-error must be > 0, got 0"),
+    (["--dtype", "auto", "--max-error", "-0.5"], "--max-error must be > 0, got -0.5"),
+    (["--dtype", "int8", "--max-error", "0.1"],
+     "--max-error is for --dtype auto only (got --dtype int8)"),
+    (["--dtype", "auto", "--max-error", "0.1", "--no-verify"], "cannot run with --no-verify"),
+])
+def test_bad_usage_exits_2(tmp_path, args, message):
+    done = run_cli(tmp_path / "a", tmp_path / "b", *args)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert os.listdir(tmp_path) == []
 
 
 def test_cli_exports_verifies_and_reports(lookups_model, tmp_path):
@@ -57,7 +75,8 @@ def test_cli_exports_verifies_and_reports(lookups_model, tmp_path):
     assert report["warmup_requests"] == len(lookups_model.examples)
     shapes = lookups_model.tables.values()
     assert report["table_bytes_before"] == sum(rows * dim * 4 for rows, dim in shapes)
-    assert report["table_bytes_after"] == sum(rows * (dim + 4) for rows, dim in shapes)
+    assert report["table_bytes_after"] == sum(
+        rows * quantization.row_bytes("int8", dim) for rows, dim in shapes)
     for outputs in report["verification"].values():
         assert all(diff <= report["tolerance"] for diff in outputs.values())
     assert os.path.exists(dst / "assets.extra" / "tf_serving_warmup_requests")
@@ -236,7 +255,7 @@ def test_keep_leaves_a_tied_table_fp32(tmp_path):
     shapes = reader.get_variable_to_shape_map()
     dtypes = reader.get_variable_to_dtype_map()
     assert sorted((tuple(shapes[k]), dtypes[k].name) for k in shapes if len(shapes[k]) == 2) \
-        == [((30, 6), "int8"), ((40, 6), "float32")]
+        == [(quantization.data_shape("int8", 30, 6), "uint8"), ((40, 6), "float32")]
 
 
 def test_progress_reports_every_row(lookups_model, tmp_path):
@@ -281,4 +300,7 @@ def test_large_kept_variables_are_streamed_too(lookups_model, tmp_path, monkeypa
     reader = tf.train.load_checkpoint(str(tmp_path / "dst" / "variables" / "variables"))
     shapes = {tuple(s) for s in reader.get_variable_to_shape_map().values()}
     for name, shape in lookups_model.tables.items():
-        assert shape in shapes, name  # the FP32 tables kept, whole
+        if name == "item":
+            assert quantization.data_shape("int8", *shape) in shapes
+        else:
+            assert shape in shapes, name  # the FP32 tables kept, whole

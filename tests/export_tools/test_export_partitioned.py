@@ -31,17 +31,20 @@ def _serve(path, **feeds):
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
-    cache = {}
+    cache, sources = {}, {}
 
-    def get(kind, ops):
-        if (kind, ops) not in cache:
-            root = tmp_path_factory.mktemp(f"{kind}_{ops}")
-            built = export_models.BUILDERS[kind](str(root / "src"), rows=ROWS, dim=DIM)
-            report = compress_saved_model(built.path, str(root / "int8"), dtype="int8",
-                                          ops=ops, min_rows=1, verify=False,
-                                          isolate=False)
-            cache[kind, ops] = built, report, str(root / "int8")
-        return cache[kind, ops]
+    def get(kind, ops, fmt="int8"):
+        if kind not in sources:
+            root = tmp_path_factory.mktemp(kind)
+            sources[kind] = export_models.BUILDERS[kind](str(root / "src"), rows=ROWS,
+                                                         dim=DIM)
+        if (kind, ops, fmt) not in cache:
+            built = sources[kind]
+            dst = os.path.join(os.path.dirname(built.path), f"{fmt}_{ops}")
+            report = compress_saved_model(built.path, dst, dtype=fmt, ops=ops, min_rows=1,
+                                          verify=False, isolate=False)
+            cache[kind, ops, fmt] = built, report, dst
+        return cache[kind, ops, fmt]
     return get
 
 
@@ -73,16 +76,17 @@ def test_one_table_of_the_whole_variable(exports, kind, ops):
     assert not [t for t in report.tables if "/part_" in t.name]
 
 
+@pytest.mark.parametrize("fmt", quantization.FORMATS)
 @pytest.mark.parametrize("ops", ["fused", "stock"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_id_reads_its_own_row(exports, kind, ops):
+def test_every_id_reads_its_own_row(exports, kind, ops, fmt):
     """Id i of the export is decode(encode(the stored row of id i)), for
-    every i, whichever partition and strategy holds it."""
-    built, _, path = exports(kind, ops)
+    every i, whichever partition and strategy holds it, in every format."""
+    built, _, path = exports(kind, ops, fmt)
     full = tf.train.load_checkpoint(
         os.path.join(built.path, "variables", "variables")).get_tensor("model/emb")
     full = full[_stored_rows(kind)]
-    want = quantization.decode(*quantization.encode(full, "int8"), "int8")
+    want = quantization.decode(*quantization.encode(full, fmt), fmt, DIM)
     got = _serve(path, **_single_id_bags(range(ROWS)))["pooled"].numpy()
     source = _serve(built.path, **_single_id_bags(range(ROWS)))["pooled"].numpy()
     np.testing.assert_allclose(source, full, rtol=0, atol=1e-7)

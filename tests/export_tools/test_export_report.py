@@ -1,6 +1,7 @@
 """The export report: per-table lookup counts match the nodes in the output
-graph, and tables a format would not shrink (int8 of dim 1, the "wide" /
-linear tables of wide-and-deep models) are left FP32 with a warning."""
+graph, and tables a format would not shrink (int8 or int4 of dim 1: a 4-byte
+header and a byte per row; the "wide" / linear tables of wide-and-deep
+models) are left FP32 with a warning."""
 import os
 
 import numpy as np
@@ -9,6 +10,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 from export_tools import ExportError, compress_saved_model
+from tf_compressed_embedding import quantization
 
 ROWS, DIM = 60, 8
 
@@ -56,29 +58,52 @@ def by_name(report):
     return {t.name: t for t in report.tables}
 
 
-def test_int8_leaves_a_dim_1_table_fp32_with_a_warning(wide_and_deep, tmp_path):
+SHRINKS_DIM_1 = [f for f in quantization.FORMATS if quantization.row_bytes(f, 1) < 4]
+KEEPS_DIM_1 = [f for f in quantization.FORMATS if f not in SHRINKS_DIM_1]
+
+
+def test_which_formats_shrink_dim_1():
+    assert SHRINKS_DIM_1 == ["fp16"]
+
+
+@pytest.mark.parametrize("fmt", KEEPS_DIM_1)
+def test_a_dim_1_table_is_left_fp32_with_a_warning(wide_and_deep, tmp_path, fmt):
     report = compress_saved_model(wide_and_deep, str(tmp_path / "dst"),
-                                  dtype="int8", min_rows=1)
+                                  dtype=fmt, min_rows=1)
     assert report.verified
     assert list(by_name(report)) == ["deep"]
-    assert any("table 'wide' left FP32: int8 would store 5 bytes per row of "
-               "dim 1, FP32 stores 4" in w for w in report.warnings)
+    assert any(f"table 'wide' left FP32: {fmt} would store "
+               f"{quantization.row_bytes(fmt, 1)} bytes per row of dim 1, FP32 stores 4"
+               in w for w in report.warnings), report.warnings
 
 
-def test_fp16_shrinks_a_dim_1_table_so_converts_it(wide_and_deep, tmp_path):
+@pytest.mark.parametrize("fmt", SHRINKS_DIM_1)
+def test_a_format_that_shrinks_a_dim_1_table_converts_it(wide_and_deep, tmp_path, fmt):
     report = compress_saved_model(wide_and_deep, str(tmp_path / "dst"),
-                                  dtype="fp16", min_rows=1)
+                                  dtype=fmt, min_rows=1)
     tables = by_name(report)
     assert sorted(tables) == ["deep", "wide"]
-    assert tables["wide"].bytes_after == ROWS * 2 < tables["wide"].bytes_before
+    assert tables["wide"].bytes_after == ROWS * quantization.row_bytes(fmt, 1) \
+        < tables["wide"].bytes_before
     assert not report.warnings
 
 
-def test_naming_a_dim_1_table_converts_it_anyway(wide_and_deep, tmp_path):
+@pytest.mark.parametrize("fmt", KEEPS_DIM_1)
+def test_naming_a_dim_1_table_converts_it_anyway(wide_and_deep, tmp_path, fmt):
     report = compress_saved_model(wide_and_deep, str(tmp_path / "dst"),
-                                  dtype="int8", min_rows=1, tables="^wide$")
+                                  dtype=fmt, min_rows=1, tables="^wide$")
     wide = by_name(report)["wide"]
-    assert wide.bytes_after == ROWS * 5 > wide.bytes_before
+    assert wide.bytes_after == ROWS * quantization.row_bytes(fmt, 1) > wide.bytes_before
+    assert report.verified
+
+
+def test_auto_stores_a_dim_1_table_as_fp16(wide_and_deep, tmp_path):
+    """int4 and int8 would not shrink it: fp16 is its only format."""
+    report = compress_saved_model(wide_and_deep, str(tmp_path / "dst"), dtype="auto",
+                                  max_error=1.0, min_rows=1)
+    wide = next(t for t in report.auto.tables if t.name == "wide")
+    assert sorted(wide.errors) == ["fp16"] and wide.format == "fp16"
+    assert by_name(report)["deep"].format in ("int4", "int8")
 
 
 def test_only_dim_1_tables_is_an_error_that_says_why(tmp_path):
@@ -97,11 +122,12 @@ def test_only_dim_1_tables_is_an_error_that_says_why(tmp_path):
         compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", min_rows=1)
 
 
+@pytest.mark.parametrize("fmt", quantization.FORMATS)
 @pytest.mark.parametrize("ops", ["fused", "stock"])
-def test_lookup_counts_match_the_output_graph(wide_and_deep, tmp_path, ops):
+def test_lookup_counts_match_the_output_graph(wide_and_deep, tmp_path, ops, fmt):
     dst = str(tmp_path / "dst")
-    report = compress_saved_model(wide_and_deep, dst, dtype="fp16", ops=ops,
-                                  min_rows=1)
+    report = compress_saved_model(wide_and_deep, dst, dtype=fmt, ops=ops, min_rows=1,
+                                  tables="^(wide|deep)$")
     tables = by_name(report)
     graph_ops = output_ops(dst)
     if ops == "fused":

@@ -1,7 +1,7 @@
 """Models built by the recommender libraries people train with (TFRS,
 DeepCTR, keras-rs, tf-keras feature columns, plain Keras 3), exported with
-default options int8 with fused ops and fp16 with stock ops, and verified
-by the tool against the source in fresh processes. EXPECTED is the README's
+default options int8 with fused ops, fp16 and int4 with stock ops, and
+verified by the tool against the source in fresh processes. EXPECTED is the README's
 compatibility table: which tables convert, and how many lookups end up
 fused-pooled (FusedDecodeAxpy) or row lookups.
 
@@ -18,6 +18,7 @@ import pytest
 
 from export_tools import ExportError, compress_saved_model
 from repo_paths import SUPPORT
+from tf_compressed_embedding import quantization
 
 
 # kind -> {table: (row lookups, pooled lookups)} of the int8 fused export
@@ -93,18 +94,21 @@ def test_int8_fused_export_verifies(built, kind, tmp_path):
             assert name in got, (name, sorted(got))
 
 
+@pytest.mark.parametrize("fmt", ["fp16", "int4"])
 @pytest.mark.parametrize("kind", sorted(EXPECTED))
-def test_fp16_stock_export_verifies(built, kind, tmp_path):
+def test_stock_export_verifies(built, kind, fmt, tmp_path):
     src, tables = built(kind)
-    report = compress_saved_model(src, str(tmp_path / "dst"), dtype="fp16",
-                                  ops="stock")
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype=fmt, ops="stock")
     assert report.verified
-    assert all(t.pooled_lookups == 0 for t in report.tables)
+    assert all(t.pooled_lookups == 0 and t.format == fmt for t in report.tables)
     converted = {t.name for t in report.tables}
     assert set(EXPECTED[kind]) <= converted
-    # fp16 shrinks dim-1 tables too (DeepCTR's linear part)
-    assert {n for n, (rows, dim) in tables.items() if dim == 1 and rows >= 1000} \
-        <= converted
+    # fp16 shrinks dim-1 tables too (DeepCTR's linear part); int4 does not
+    dim_1 = {n for n, (rows, dim) in tables.items() if dim == 1 and rows >= 1000}
+    if quantization.row_bytes(fmt, 1) < 4:
+        assert dim_1 <= converted
+    else:
+        assert not dim_1 & converted
 
 
 @pytest.mark.parametrize("kind", sorted(REFUSED))

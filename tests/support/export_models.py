@@ -503,6 +503,66 @@ def build_tf1_feature_columns_partitioned(export_dir, rows=50, dim=8, seed=0):
                                       partitions=3)
 
 
+# ------------------------------------------------------- --dtype auto ----
+
+def build_module_scaled(export_dir, rows=60, dim=8, seed=0):
+    """Tables of different magnitudes for `--dtype auto` (not in BUILDERS:
+    no new source kind). 'serving_default' returns `mixed`, the sum of a row
+    of 'small' (values * 0.01), 'medium' (* 0.1) and 'large' (* 1): their
+    errors add up in every element, so they share the bound. 'side' returns
+    a row of 'side' (* 0.1), which no other table moves."""
+    rng = np.random.default_rng(seed)
+    scales = {"small": 0.01, "medium": 0.1, "large": 1.0}
+    module = tf.Module()
+    var = {name: tf.Variable((rng.standard_normal((rows, dim)) * s).astype(np.float32),
+                             name=name) for name, s in scales.items()}
+    var["side"] = tf.Variable(_table(rng, rows + 5, dim), name="side")
+    module.tables = var
+
+    @tf.function(input_signature=[_spec([None], tf.int64, "ids")])
+    def serve(ids):
+        return {"mixed": tf.add_n([tf.nn.embedding_lookup(var[n], ids) for n in scales])}
+
+    @tf.function(input_signature=[_spec([None], tf.int64, "side_ids")])
+    def side(side_ids):
+        return {"side": tf.nn.embedding_lookup(var["side"], side_ids)}
+
+    module.serve, module.side = serve, side
+    _save_module(module, export_dir, {"serving_default": serve, "side": side})
+    return BuiltModel(
+        export_dir, {**{n: (rows, dim) for n in scales}, "side": (rows + 5, dim)},
+        {"serving_default": {"ids": _ids(rng, rows)},
+         "side": {"side_ids": _ids(rng, rows + 5)}})
+
+
+def build_module_product(export_dir, rows=40, dim=6, seed=0):
+    """Two tables whose column 1 is 0 in every row (the others in [-1, 1],
+    -1 and 1 in each row), and one output, `a[ids, 1] * b[ids, 1]`. Either
+    table compressed alone changes nothing (its column times the other's
+    zeros), both compressed do (int4 does not store 0 exactly in rows
+    spanning [-1, 1], int8 does): effects that do not add, for the proof of
+    `--dtype auto`."""
+    rng = np.random.default_rng(seed)
+    module = tf.Module()
+
+    def table():
+        t = rng.uniform(-1, 1, (rows, dim)).astype(np.float32)
+        t[:, 0], t[:, 2], t[:, 1] = -1.0, 1.0, 0.0
+        return t
+    module.a = tf.Variable(table(), name="a")
+    module.b = tf.Variable(table(), name="b")
+
+    @tf.function(input_signature=[_spec([None], tf.int64, "ids")])
+    def serve(ids):
+        return {"product": tf.nn.embedding_lookup(module.a, ids)[:, 1]
+                * tf.nn.embedding_lookup(module.b, ids)[:, 1]}
+
+    module.serve = serve
+    _save_module(module, export_dir, {"serving_default": serve})
+    return BuiltModel(export_dir, {"a": (rows, dim), "b": (rows, dim)},
+                      {"serving_default": {"ids": _ids(rng, rows)}})
+
+
 # ---------------------------------------------------------------- refusals --
 
 def _single_table_model(export_dir, table, body, inputs, refusal):
