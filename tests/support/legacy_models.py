@@ -17,8 +17,10 @@ writes, with the package as it is when run:
 
 tests/tf_compressed_embedding/test_legacy_models.py reruns them with the
 current package and asserts the outputs are bit-identical on every row both
-hosts have. The directory under tests/data was written at version 0.1.0,
-when `int8` meant int8 rows with a separate float32 scales array.
+hosts have. The directory under tests/data was written at version 0.1.0
+(commit 2bb9ed2), when `int8` meant int8 rows with a separate float32 scales
+array, and is frozen: run this script from a checkout of that commit, never
+from a later one (where `int8` is the rowwise layout).
 """
 import json
 import os
