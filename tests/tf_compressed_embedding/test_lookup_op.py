@@ -2,6 +2,7 @@
 (docs/bad_input_matrix.md, 4a). Runs on the ISA row chosen by TFCE_ISA (see
 test_isa.py, which re-runs this file on every row the CPU supports)."""
 import collections
+import os
 import struct
 import unittest
 
@@ -468,10 +469,15 @@ class TableFormatBadInputTest(tf.test.TestCase, parameterized.TestCase):
         """The record bytes of a dim near 2**63 do not fit int64. The op must
         still refuse it with a message that names dim, not a negative record
         size: RecordBytes (kernels/core/kernel_api.h) computes 4 + dim and
-        4 + (dim + 1) / 2 in int64 and overflows (undefined behaviour without
-        -fwrapv), and ParseTableFormat (kernels/tf/table_format.cc) checks
-        only dim >= 0. A known bug (docs/bad_input_matrix.md, L20): this
-        test fails, as expected, until it is fixed."""
+        4 + (dim + 1) / 2 in int64 and overflows (undefined behaviour; UBSan
+        aborts on it), and ParseTableFormat (kernels/tf/table_format.cc)
+        checks only dim >= 0. A known bug (docs/bad_input_matrix.md, L20):
+        this test fails, as expected, until it is fixed. Under the
+        sanitizers (tools/sanitize.sh) the overflow would abort the whole
+        run, so the test is skipped there until then."""
+        if "libubsan" in os.environ.get("LD_PRELOAD", ""):
+            self.skipTest("known signed overflow in RecordBytes: UBSan would "
+                          "abort the run (docs/bad_input_matrix.md, L20)")
         for fmt in quantization.ROWWISE_FORMATS:
             for dim in (2**63 - 1, 2**63 - 4):
                 data, scales = rowwise_table(fmt)
