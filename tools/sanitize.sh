@@ -2,7 +2,7 @@
 # The op tests on an ASan+UBSan build of the op library, once per kernel row
 # this CPU supports (TFCE_ISA). Fails if pytest fails on any row or if a
 # sanitizer reported anything (the reports are printed). One summary line per
-# row. For CI: 6-9 minutes on 2 shared cores, about a third of it the build.
+# row. For CI: 10-13 minutes on 2 shared cores, about half of it the build.
 #
 # The sanitized library is built into build/asan/ (TFCE_SANITIZE=1, see
 # setup.py); the in-place tf_compressed_embedding/_ops.so is not touched.
@@ -15,7 +15,9 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 unset TFCE_ISA  # the rows are chosen below, one per run
 start=$SECONDS
 
-# Test files that run the ops; the kernels see every row through them.
+# Test files that run the ops; the kernels see every row through them, and
+# every storage format (int8_split, fp16, int8 and int4 records): the files
+# are parameterised over quantization.FORMATS.
 # The Keras layer tests run them too (clean under this build, but about a
 # minute a row): pass them as arguments when there is time.
 T=tests/tf_compressed_embedding

@@ -3,14 +3,19 @@
 // with a ScopedVariantOverride and calls it through SelectedVariant(), the
 // path the ops take. Variants this CPU cannot run are skipped (and say so).
 //
-//  - lookup: exact against the reference decode, over (variant x storage x
-//    dim x id width), with sentinel-padded outputs (no write outside the
-//    rows asked for) and unaligned table/output pointers; false on ids < 0
-//    or >= rows;
+//  - lookup: exact against the reference decode and bit-identical to the
+//    scalar variant, over (variant x storage x dim x id width), with
+//    sentinel-padded outputs (no write outside the rows asked for) and
+//    unaligned table/output pointers; false on ids < 0 or >= rows;
 //  - pool: within the float32 accumulation bound, over (variant x storage x
 //    dim x id width x combiner x weighted); empty, single, long and
-//    duplicate-id bags; false on bad ids;
-//  - every half value through each variant's lookup under DAZ/FTZ;
+//    duplicate-id bags, weights that cancel to a zero denominator; false on
+//    bad ids;
+//  - every storage format: int8 with separate scales, fp16, and the rowwise
+//    int8 (float32 scale inline) and int4 (float16 scale and bias inline,
+//    two values a byte) records;
+//  - every half value through each variant's lookup under DAZ/FTZ, as an
+//    fp16 value and as an int4 record's scale and bias;
 //  - exact IEEE half -> float decoding (the scalar reference's
 //    HalfBitsToFloat, against the compiler's _Float16).
 #include <xmmintrin.h>
@@ -45,6 +50,12 @@ std::vector<int> AllVariants() {
 const KernelVariant& VariantAt(int index) {
   int n = 0;
   return KernelVariants(&n)[index];
+}
+
+// The reference variant, the specification (the last of the list).
+const KernelVariant& ScalarVariant() {
+  int n = 0;
+  return KernelVariants(&n)[n - 1];
 }
 
 std::vector<int64_t> Dims() {
@@ -123,18 +134,25 @@ void LookupTest::Run(const KernelVariant& variant, const Table& t,
                   3,         n,
                   out.out(), /*prefetch_rows=*/4};
   ASSERT_TRUE(variant.lookup(args)) << "returned false on valid ids";
-  bool exact = true, untouched = true;
+  Padded scalar_out(n * t.dim);
+  LookupArgs scalar_args = args;
+  scalar_args.out = scalar_out.out();
+  ASSERT_TRUE(ScalarVariant().lookup(scalar_args));
+  bool exact = true, same_as_scalar = true, untouched = true;
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t d = 0; d < t.dim; ++d) {
       const float got = out.out()[i * t.dim + d];
+      same_as_scalar &= SameFloat(got, scalar_out.out()[i * t.dim + d]);
       if (i < 3) {
         untouched &= got == kSentinel;
       } else {
-        exact &= got == static_cast<float>(t.decoded[ids[i] * t.dim + d]);
+        exact &=
+            SameFloat(got, static_cast<float>(t.decoded[ids[i] * t.dim + d]));
       }
     }
   }
   EXPECT_TRUE(exact) << "differs from the reference decode";
+  EXPECT_TRUE(same_as_scalar) << "not bit-identical to the scalar variant";
   EXPECT_TRUE(untouched && out.PadsIntact()) << "wrote outside its rows";
   for (int64_t bad : {int64_t{-1}, t.rows}) {
     ids[5] = static_cast<Index>(bad);
@@ -157,7 +175,7 @@ TEST_P(LookupTest, ExactAndRefusesBadIds) {
 INSTANTIATE_TEST_SUITE_P(
     Variants, LookupTest,
     ::testing::Combine(::testing::ValuesIn(AllVariants()),
-                       ::testing::Values(Storage::kInt8Split, Storage::kFp16),
+                       ::testing::ValuesIn(AllStorages()),
                        ::testing::ValuesIn(Dims()),
                        ::testing::Values(IdWidth::k32, IdWidth::k64)),
     [](const ::testing::TestParamInfo<LookupParam>& info) {
@@ -179,8 +197,10 @@ class PoolTest : public ::testing::TestWithParam<PoolParam> {
 template <typename Index>
 void PoolTest::Run(const KernelVariant& variant, const Table& t,
                    Combiner combiner, bool weighted, std::mt19937* rng) {
-  // Bags: 0 empty, 1 long, 2 single, 3 duplicates, 4 empty, 5 mixed.
-  const std::vector<int64_t> sizes = {0, 70, 1, 6, 0, 9};
+  // Bags: 0 empty, 1 long, 2 single, 3 duplicates, 4 empty, 5 mixed,
+  // 6 weights that cancel (a zero sum for mean; sum and sqrtn pool rows
+  // whose weighted biases, for int4, cancel too).
+  const std::vector<int64_t> sizes = {0, 70, 1, 6, 0, 9, 4};
   std::vector<int64_t> offsets = {0};
   for (int64_t s : sizes) offsets.push_back(offsets.back() + s);
   const int64_t n = offsets.back(), bags = sizes.size();
@@ -194,6 +214,8 @@ void PoolTest::Run(const KernelVariant& variant, const Table& t,
     weights[i] = w(*rng);
   }
   ids[offsets[1]] = static_cast<Index>(t.rows - 1);
+  const float cancelling[] = {1.5f, -1.5f, 0.25f, -0.25f};
+  for (int64_t k = 0; k < 4; ++k) weights[offsets[6] + k] = cancelling[k];
   Padded out(bags * t.dim);
   PoolArgs args{t.View(),
                 IdsView{ids.data(), sizeof(Index) == 8},
@@ -214,7 +236,7 @@ void PoolTest::Run(const KernelVariant& variant, const Table& t,
         const double wi = weighted ? weights[i] : 1.0;
         const double term = wi * t.decoded[ids[i] * t.dim + d];
         sum += term;
-        mag += std::fabs(term);
+        mag += std::fabs(wi) * t.magnitude[ids[i] * t.dim + d];
         wsum += wi;
         w2sum += wi * wi;
       }
@@ -249,7 +271,7 @@ TEST_P(PoolTest, WithinBoundAndRefusesBadIds) {
 INSTANTIATE_TEST_SUITE_P(
     Variants, PoolTest,
     ::testing::Combine(::testing::ValuesIn(AllVariants()),
-                       ::testing::Values(Storage::kInt8Split, Storage::kFp16),
+                       ::testing::ValuesIn(AllStorages()),
                        ::testing::ValuesIn(Dims()),
                        ::testing::Values(IdWidth::k32, IdWidth::k64),
                        ::testing::Values(Combiner::kSum, Combiner::kMean,
@@ -293,6 +315,50 @@ TEST_P(HalvesUnderDazTest, AllHalfValuesExact) {
   }
   EXPECT_TRUE(ok);
   EXPECT_EQ(mismatches, 0) << "all 65536 halves under DAZ/FTZ";
+}
+
+// Every half value as an int4 record's scale and bias (each ISA reads the
+// pair with its own conversion), under DAZ/FTZ: row h is [h][h][q = 1, 0],
+// decoded 1 * h + h and 0 * h + h in float32, multiply then add. No float32
+// subnormal can occur (halves widen to normal floats, and q h + h is 0 or
+// at least 2^-24 in magnitude), so the modes must change nothing.
+TEST_P(HalvesUnderDazTest, AllHalfValuesAsInt4ScaleAndBias) {
+  TFCE_SELECT_VARIANT_OR_SKIP(GetParam());
+  constexpr int64_t kRows = 65536, kDim = 2, kRecord = 4 + 1;
+  std::vector<uint8_t> table(kRows * kRecord);
+  std::vector<int64_t> ids(kRows);
+  for (int64_t h = 0; h < kRows; ++h) {
+    const uint16_t bits = static_cast<uint16_t>(h);
+    std::memcpy(&table[h * kRecord], &bits, 2);      // scale
+    std::memcpy(&table[h * kRecord + 2], &bits, 2);  // bias
+    table[h * kRecord + 4] = 0x01;                   // q = 1, then 0
+    ids[h] = h;
+  }
+  std::vector<float> out(kRows * kDim);
+  LookupArgs args{
+      TableView{Storage::kInt4Rowwise, table.data(), nullptr, kRows, kDim},
+      IdsView{ids.data(), true},
+      0,
+      kRows,
+      out.data(),
+      0};
+  const unsigned int saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x8040);  // DAZ | FTZ
+  const bool ok = variant.lookup(args);
+  _mm_setcsr(saved);
+  int mismatches = 0;
+  for (int64_t h = 0; h < kRows; ++h) {
+    _Float16 half;
+    const uint16_t bits = static_cast<uint16_t>(h);
+    std::memcpy(&half, &bits, 2);
+    const float s = static_cast<float>(half);  // the compiler's conversion
+    if (!SameFloat(out[2 * h], s * 1.0f + s) ||
+        !SameFloat(out[2 * h + 1], s * 0.0f + s)) {
+      ++mismatches;
+    }
+  }
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(mismatches, 0) << "all 65536 halves as scale and bias";
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, HalvesUnderDazTest,

@@ -40,7 +40,8 @@ TEST_F(PrefetchPolicyTest, L2CacheSizeRead) {
 }
 
 // No prefetch only for long bags of rows under a cache line of a cached
-// table. Bytes per row: int8 dim + a 4-byte scale, fp16 2 * dim.
+// table. Bytes per row: int8 dim + a 4-byte scale (split), fp16 2 * dim,
+// int8 records 4 + dim, int4 records 4 + ceil(dim / 2) (TestRowBytes).
 TEST_F(PrefetchPolicyTest, NoPrefetchOnlyForLongBagsOfShortRowsInCache) {
   const int64_t cached =
       kCachedTableL2Multiple * GetCpuFeatures().l2_cache_bytes;
@@ -48,14 +49,19 @@ TEST_F(PrefetchPolicyTest, NoPrefetchOnlyForLongBagsOfShortRowsInCache) {
   const double long_bag = kLongBagIds, short_bag = kLongBagIds - 0.01;
   struct Format {
     Storage storage;
-    int64_t elem_bytes, scale_bytes, largest_short_dim;
+    int64_t scale_bytes, largest_short_dim;  // rows under 64 bytes
   };
   for (const Format& f :
-       {Format{Storage::kInt8Split, 1, 4, 63}, Format{Storage::kFp16, 2, 0, 31}}) {
+       {Format{Storage::kInt8Split, 4, 63}, Format{Storage::kFp16, 0, 31},
+        Format{Storage::kInt8Rowwise, 0, 59},
+        Format{Storage::kInt4Rowwise, 0, 118}}) {
+    EXPECT_LT(TestRowBytes(f.storage, f.largest_short_dim), 64);
+    EXPECT_GE(TestRowBytes(f.storage, f.largest_short_dim + 1), 64);
     for (int64_t dim : {int64_t{1}, int64_t{12}, f.largest_short_dim}) {
       SCOPED_TRACE(std::string(StorageName(f.storage)) + " dim " +
                    std::to_string(dim));
-      const int64_t rows = cached / (dim * f.elem_bytes + f.scale_bytes);
+      const int64_t rows =
+          cached / (TestRowBytes(f.storage, dim) + f.scale_bytes);
       EXPECT_EQ(PoolPrefetch(f.storage, rows, dim, long_bag), 0)
           << "cached: no prefetch";
       const int64_t distance = Distance(f.storage, rows, dim);
@@ -66,6 +72,11 @@ TEST_F(PrefetchPolicyTest, NoPrefetchOnlyForLongBagsOfShortRowsInCache) {
       EXPECT_EQ(PoolPrefetch(f.storage, huge, dim, long_bag), distance)
           << "huge table: prefetch";
     }
+    // A row of 64 bytes or more: prefetched, even cached.
+    const int64_t long_dim = f.largest_short_dim + 1;
+    EXPECT_EQ(PoolPrefetch(f.storage, 10, long_dim, long_bag),
+              Distance(f.storage, 10, long_dim))
+        << StorageName(f.storage);
   }
 }
 
@@ -73,14 +84,17 @@ TEST_F(PrefetchPolicyTest, NoPrefetchOnlyForLongBagsOfShortRowsInCache) {
 TEST_F(PrefetchPolicyTest, LongRowsAlwaysPrefetched) {
   EXPECT_EQ(PoolPrefetch(Storage::kInt8Split, 10, 64, 100), 21);
   EXPECT_EQ(PoolPrefetch(Storage::kFp16, 10, 32, 100), 32);
+  EXPECT_EQ(PoolPrefetch(Storage::kInt8Rowwise, 10, 60, 100), 32);
+  EXPECT_EQ(PoolPrefetch(Storage::kInt4Rowwise, 10, 120, 100), 32);
 }
 
 TEST_F(PrefetchPolicyTest, LookupUsesTheFixedDistance) {
   EXPECT_EQ(PrefetchRows(), kDefaultPrefetchRows);
 }
 
-// About kPrefetchLines lines in flight: 64 / (bytes / 64 + 1 [+ 1 for an
-// int8 row's scale]) rows, within [kMinPrefetchRows, kMaxPrefetchRows].
+// About kPrefetchLines lines in flight: 64 / (bytes / 64 + 1 [+ 1 for a
+// split int8 row's scale]) rows, within [kMinPrefetchRows,
+// kMaxPrefetchRows]; a record's inline scale costs no line of its own.
 TEST_F(PrefetchPolicyTest, DistanceKeepsAboutKPrefetchLinesInFlight) {
   struct Case {
     Storage storage;
@@ -90,7 +104,15 @@ TEST_F(PrefetchPolicyTest, DistanceKeepsAboutKPrefetchLinesInFlight) {
        {Case{Storage::kInt8Split, 12, 29}, Case{Storage::kInt8Split, 128, 16},
         Case{Storage::kFp16, 12, 46}, Case{Storage::kFp16, 128, 12},
         Case{Storage::kFp16, 1, kMaxPrefetchRows},
-        Case{Storage::kFp16, 4096, kMinPrefetchRows}}) {
+        Case{Storage::kFp16, 4096, kMinPrefetchRows},
+        // 132 and 204 bytes.
+        Case{Storage::kInt8Rowwise, 128, 20},
+        Case{Storage::kInt8Rowwise, 200, 15},
+        Case{Storage::kInt8Rowwise, 12, kMaxPrefetchRows},
+        // 68 bytes; 504 bytes.
+        Case{Storage::kInt4Rowwise, 128, 31},
+        Case{Storage::kInt4Rowwise, 12, kMaxPrefetchRows},
+        Case{Storage::kInt4Rowwise, 1000, kMinPrefetchRows}}) {
     EXPECT_EQ(Distance(c.storage, 1000, c.dim), c.rows)
         << StorageName(c.storage) << " dim " << c.dim;
   }

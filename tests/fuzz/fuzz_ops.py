@@ -1,8 +1,10 @@
 """Atheris fuzzer for the raw ops CompressedEmbeddingLookup, FusedDecodeAxpy.
 
 In the style of tensorflow/security/fuzzing/*_fuzz.py. One byte of an input
-picks the op, the rest draws its inputs: int8 (+ float32 scales) or
-float16 tables, small shapes (<= 8, sometimes up to 40 or 64/128/129/257 to
+picks the op, the rest draws its inputs: tables of every storage format
+(int8 + float32 scales, float16, and uint8 records of the rowwise int8 and
+int4 formats with their row_format and dim attrs; sometimes attrs that do
+not fit the table's dtype or shape), small shapes (<= 8, sometimes up to 40 or 64/128/129/257 to
 reach the SIMD tails and the fixed-dim paths), int32/int64 ids with
 negatives, V and int extremes, sorted and unsorted segment ids, weights and
 scales with NaN/Inf/subnormals/huge values, every num_segments from negative
@@ -12,8 +14,10 @@ wrong dtypes.
 An independent numpy model (`expect`) decides, before looking at the op's
 answer, whether the call is valid. `check` then allows exactly:
   * valid call: a float32 result equal to the numpy result (lookup: bit
-    for bit, up to NaN payloads and TF's FTZ/DAZ; pool: within the float32
-    accumulation bound of `pool_bound`). An error is a finding.
+    for bit, up to NaN payloads and TF's FTZ/DAZ, from the format's own
+    decoder, quantization.decode; pool: within the float32 accumulation
+    bound of `pool_bound`, of the terms the kernels add: for int4 a row's
+    weighted values and its weighted bias). An error is a finding.
   * invalid call: tf.errors.InvalidArgumentError whose message names one of
     the invalid inputs (for a wrong dtype, TF's own InvalidArgumentError /
     ValueError / TypeError naming the input, its type attr or its dtype).
@@ -61,6 +65,7 @@ gave TF's overflow error naming no input; bad ids or segment ids with a huge
 output were found only after allocating it (ResourceExhausted, gigabytes
 touched); the SIMD rows folded the weight into the int8 scale and the
 reference did not, so they disagreed where a product overflows float32.
+(With the rowwise formats: none yet.)
 """
 import dataclasses
 import json
@@ -101,6 +106,10 @@ UNALLOCATABLE_BYTES = 1 << 60
 # overflows int64 with a second such dim or > 1 id); numpy can still hold an
 # empty int8 table [0, d] of each, and a float16 one if d < 2**62.
 HUGE_DIMS = (1 << 58, (1 << 62) - 1, (1 << 63) - 1)
+# Those whose rowwise record bytes (4 + D, 4 + ceil(D / 2)) fit int64. (A
+# dim attr near 2**63 overflows the ops' record size computation: a known
+# bug, pinned by test_lookup_op.py::test_huge_rowwise_dim.)
+HUGE_ROWWISE_DIMS = (1 << 58, (1 << 62) - 1)
 
 COMBINERS = ("sum", "mean", "sqrtn")
 SPECIAL_FLOATS = np.array(
@@ -110,7 +119,7 @@ SPECIAL_FLOATS = np.array(
 # Allowed dtypes of each input, and how TF names the input in a dtype error
 # (its type attr, or its position for fixed float32 inputs).
 INPUT_DTYPES = {
-    "table": ((np.int8, np.float16), "attr 'T'"),
+    "table": ((np.int8, np.float16, np.uint8), "attr 'T'"),
     "scales": ((np.float32,), "input #1"),
     "ids": ((np.int32, np.int64), "attr 'Tidx'"),
     "segment_ids": ((np.int32, np.int64), "attr 'Tseg'"),
@@ -118,13 +127,18 @@ INPUT_DTYPES = {
     "num_segments": ((np.int32, np.int64), "attr 'Tnumsegments'"),
 }
 WRONG_DTYPES = {
-    "table": (np.int16, np.uint8, np.float32),
+    "table": (np.int16, np.uint16, np.float32),
     "scales": (np.float16, np.float64),
     "ids": (np.uint8, np.int16, np.float32),
     "segment_ids": (np.int16, np.float64),
     "weights": (np.float64, np.int32),
     "num_segments": (np.uint64, np.float32),
 }
+
+# The ops' row_format attr of each rowwise format, and back.
+ROW_FORMATS = {quantization.op_row_format(f): f
+               for f in quantization.ROWWISE_FORMATS}
+
 
 class Finding(AssertionError):
     """The op's outcome is not one the oracle allows for this case."""
@@ -133,15 +147,18 @@ class Finding(AssertionError):
 @dataclasses.dataclass(eq=False)  # holds arrays: compare by identity
 class Case:
     """One raw-op call: the op's name, its inputs (numpy arrays in the op's
-    input order, dtypes exactly as passed) and, for the pool, the combiner."""
+    input order, dtypes exactly as passed), for the pool the combiner, and
+    the table's attrs (row_format and dim; none: the defaults)."""
     op: str
     inputs: dict
     combiner: str = "sum"
+    attrs: dict = dataclasses.field(default_factory=dict)
 
     def describe(self):
         lines = [f"op={self.op} isa={ISA}"
                  + (f" combiner={self.combiner!r}"
-                    if self.op == "FusedDecodeAxpy" else "")]
+                    if self.op == "FusedDecodeAxpy" else "")
+                 + "".join(f" {k}={v!r}" for k, v in self.attrs.items())]
         for name, value in self.inputs.items():
             text = np.array2string(value, threshold=2000, max_line_width=120,
                                    floatmode="unique")
@@ -151,7 +168,7 @@ class Case:
 
 STATS = {"runs": 0, "op_calls": {}, "results_checked": 0,
          "errors_checked": 0, "too_big_checked": 0, "elements_compared": 0,
-         "elements_unchecked": 0}
+         "elements_unchecked": 0, "results_by_format": {}}
 _STATS_PATH = os.environ.get("TFCE_FUZZ_STATS")
 _last_stats_write = 0.0
 
@@ -265,39 +282,95 @@ def draw_dtype(fdp, name):
 
 
 @atheris.instrument_func
+def draw_rowwise_attrs(fdp, dtype, dim):
+    """The table's attrs: mostly those of its dtype (uint8: a rowwise format
+    of dim `dim`; int8 and half: none, i.e. 'plain'); sometimes a row_format
+    of the other kind, or a dim that is wrong or fits another record size."""
+    rowwise = np.dtype(dtype) == np.uint8
+    attrs = {}
+    if rowwise:
+        attrs = {"row_format": fdp.PickValueInList(sorted(ROW_FORMATS)),
+                 "dim": dim}
+    kind = fdp.ConsumeIntInRange(0, 31)
+    if kind == 31:  # the other kind of row_format
+        attrs = ({"row_format": "plain"} if rowwise else
+                 {"row_format": fdp.PickValueInList(sorted(ROW_FORMATS)),
+                  "dim": dim})
+        if rowwise and fdp.ConsumeBool():
+            attrs = {}  # left out: 'plain'
+    elif kind == 30 and rowwise:  # another dim (int4: dim +- 1 may fit)
+        attrs["dim"] = fdp.PickValueInList(
+            [-1, -3, 0, dim + 1, max(dim - 1, 0), 2 * dim + 7, 1 << 62])
+        if attrs["dim"] == -1 and fdp.ConsumeBool():
+            del attrs["dim"]  # left out: -1
+    elif kind == 30:  # a dim for a 'plain' table
+        attrs["dim"] = fdp.PickValueInList([0, dim, -2])
+    return attrs
+
+
+@atheris.instrument_func
 def draw_table(fdp):
-    """(table, scales): mostly well formed, sometimes of a wrong rank, a
-    zero-row table with a huge dim, or scales of the wrong shape."""
+    """(table, scales, attrs): mostly well formed, sometimes of a wrong
+    rank, a zero-row table with a huge dim, a rowwise table whose width is
+    not its records', attrs that do not fit it (draw_rowwise_attrs), or
+    scales of the wrong shape."""
     dtype = draw_dtype(fdp, "table")
     rows, dim = draw_size(fdp), draw_size(fdp, allow_special=True)
+    attrs = draw_rowwise_attrs(fdp, dtype, dim)
+    fmt = ROW_FORMATS.get(attrs.get("row_format"))
+    if np.dtype(dtype) != np.uint8:
+        fmt = None  # only uint8 tables hold records
+    width = dim if fmt is None else quantization.record_bytes(fmt, dim)
     shape_kind = fdp.ConsumeIntInRange(0, 31)
     if shape_kind == 31:
-        shape = fdp.PickValueInList([(), (rows,), (rows, dim, 2)])
-    elif shape_kind == 30:
+        shape = fdp.PickValueInList([(), (rows,), (rows, width, 2)])
+    elif shape_kind == 30 and fmt is None:
         shape = (0, fdp.PickValueInList(
             [d for d in HUGE_DIMS if d * np.dtype(dtype).itemsize < 1 << 63]))
+    elif shape_kind == 30:  # an empty table of huge records
+        huge = fdp.PickValueInList(list(HUGE_ROWWISE_DIMS))
+        attrs["dim"] = huge
+        shape = (0, quantization.record_bytes(fmt, huge))
+    elif shape_kind == 29 and fmt is not None:  # not its records' width
+        other = "int4" if fmt == "int8" else "int8"
+        shape = (rows, fdp.PickValueInList(
+            [width + 1, width - 1, dim, quantization.record_bytes(other, dim)]))
     else:
-        shape = (rows, dim)
-    table = draw_array(fdp, dtype, shape, extreme=fdp.ConsumeBool())
-    int8 = np.dtype(dtype) != np.float16
-    n_scales = shape[0] if int8 and len(shape) == 2 else 0
+        shape = (rows, width)
+    extreme = fdp.ConsumeBool()
+    if fmt is not None and not extreme and shape == (rows, width):
+        # Records as the encoder makes them.
+        values = draw_floats(fdp, rows * dim, False).reshape(rows, dim)
+        table = quantization.encode(values, fmt)[0]
+    elif np.dtype(dtype) == np.uint8:  # any bytes: NaN, Inf, subnormal scales
+        n = int(np.prod(shape, dtype=np.int64))
+        table = np.array(fdp.ConsumeIntListInRange(n, 0, 255),
+                         np.uint8).reshape(shape)
+    else:
+        table = draw_array(fdp, dtype, shape, extreme=extreme)
+    split = np.dtype(dtype) not in (np.float16, np.uint8)  # int8 (or wrong)
+    n_scales = shape[0] if split and len(shape) == 2 else 0
     scales_shape = (n_scales,)
     if fdp.ConsumeIntInRange(0, 31) == 31:
         scales_shape = fdp.PickValueInList(
             [(), (n_scales + 1,), (max(n_scales - 1, 0),), (n_scales, 1)])
     scales = draw_array(fdp, draw_dtype(fdp, "scales"), scales_shape,
                         extreme=fdp.ConsumeIntInRange(0, 3) == 0)
-    return table, scales
+    return table, scales, attrs
 
 
-def table_rows_dim(table):
-    return (table.shape[0], table.shape[1]) if table.ndim == 2 else (0, 0)
+def table_rows_dim(table, attrs):
+    """(V, D) of a table under its attrs ((0, 0) if they do not fit)."""
+    if table.ndim != 2:
+        return 0, 0
+    dim = attrs.get("dim", -1)
+    return table.shape[0], (table.shape[1] if dim < 0 else dim)
 
 
 @atheris.instrument_func
 def draw_lookup(fdp):
-    table, scales = draw_table(fdp)
-    rows, _ = table_rows_dim(table)
+    table, scales, attrs = draw_table(fdp)
+    rows, _ = table_rows_dim(table, attrs)
     ids_dtype = draw_dtype(fdp, "ids")
     rank = fdp.PickValueInList([1, 1, 1, 0, 2, 3])
     shape = tuple(fdp.ConsumeIntInRange(0, 5) for _ in range(rank))
@@ -311,7 +384,7 @@ def draw_lookup(fdp):
     else:
         ids = draw_array(fdp, ids_dtype, shape)
     return Case("CompressedEmbeddingLookup",
-                {"table": table, "scales": scales, "ids": ids})
+                {"table": table, "scales": scales, "ids": ids}, attrs=attrs)
 
 
 @atheris.instrument_func
@@ -339,8 +412,8 @@ def draw_num_segments(fdp, fit, dtype, dim):
 
 @atheris.instrument_func
 def draw_pool(fdp):
-    table, scales = draw_table(fdp)
-    rows, dim = table_rows_dim(table)
+    table, scales, attrs = draw_table(fdp)
+    rows, dim = table_rows_dim(table, attrs)
     n = draw_size(fdp, allow_special=True)
     if fdp.ConsumeIntInRange(0, 15) == 15:  # many segments, over threads
         num_bags = fdp.ConsumeIntInRange(
@@ -383,7 +456,7 @@ def draw_pool(fdp):
     case = Case("FusedDecodeAxpy",
                 {"table": table, "scales": scales, "ids": ids,
                  "segment_ids": segment_ids, "weights": weights,
-                 "num_segments": num_segments}, combiner)
+                 "num_segments": num_segments}, combiner, attrs)
     return safe_num_segments(case, num_bags)
 
 
@@ -424,10 +497,32 @@ def dtype_problems(case):
                                         for d in INPUT_DTYPES[name][0]])
 
 
-def table_problems(table, scales):
+def table_format(table, attrs):
+    """(fmt, dim, invalid): the storage format (quantization.FORMATS) and D
+    that the table's dtype and attrs name, or the attrs that do not fit
+    (ParseTableFormat, kernels/tf/table_format.cc): 'plain' takes int8 and
+    half tables and dim -1; a rowwise row_format a uint8 table and a dim
+    >= 0. The errors name row_format or dim."""
+    row_format = attrs.get("row_format", "plain")
+    dim = attrs.get("dim", -1)
+    if row_format == "plain":
+        if dim != -1 or table.dtype == np.uint8:
+            return None, None, ("row_format", "dim")
+        fmt = "int8_split" if table.dtype == np.int8 else "fp16"
+        return fmt, (table.shape[1] if table.ndim == 2 else None), ()
+    if table.dtype != np.uint8 or dim < 0:
+        return None, None, ("row_format", "dim")
+    return ROW_FORMATS[row_format], dim, ()
+
+
+def table_problems(table, scales, fmt, dim):
+    """The first of table, scales that does not fit format fmt of dim D."""
     if table.ndim != 2:
         return ("table",)
-    want = (table.shape[0],) if table.dtype == np.int8 else (0,)
+    if (fmt in quantization.ROWWISE_FORMATS
+            and table.shape[1] != quantization.record_bytes(fmt, dim)):
+        return ("table",)
+    want = (table.shape[0],) if fmt == "int8_split" else (0,)
     return () if scales.shape == want else ("scales",)
 
 
@@ -458,10 +553,13 @@ def expect(case):
     if case.op == "FusedDecodeAxpy" and case.combiner not in COMBINERS:
         return Expectation(invalid=("combiner",))
     x = case.inputs
-    invalid = table_problems(x["table"], x["scales"])
+    fmt, dim, invalid = table_format(x["table"], case.attrs)
     if invalid:
         return Expectation(invalid=invalid)
-    rows, dim = x["table"].shape
+    invalid = table_problems(x["table"], x["scales"], fmt, dim)
+    if invalid:
+        return Expectation(invalid=invalid)
+    rows = x["table"].shape[0]
     if case.op == "CompressedEmbeddingLookup":
         size = output_bytes(*x["ids"].shape, dim)
         late = ("ids",) if bad_indices(x["ids"], rows) else ()
@@ -563,6 +661,8 @@ def check_outcome(case, exp, outcome):
     else:
         check_pool(case, outcome)
     STATS["results_checked"] += 1
+    fmt = table_format(case.inputs["table"], case.attrs)[0]
+    STATS["results_by_format"][fmt] = STATS["results_by_format"].get(fmt, 0) + 1
 
 
 def result_values(got, shape):
@@ -583,22 +683,43 @@ def tiny(x):
     return (x > 0) & (x < 2 * FLT_MIN)
 
 
+def record_scales(records):
+    """The float32 scale of each int8 record (its first 4 bytes)."""
+    return np.ascontiguousarray(records[:, :4]).view("<f4")[:, 0]
+
+
+def int4_fields(records, dim):
+    """(q float64 [n, D], scale float32 [n, 1], bias float32 [n, 1]) of int4
+    records: float16 scale and bias, then nibbles, low first."""
+    meta = np.ascontiguousarray(records[:, :4]).view("<f2").astype(np.float32)
+    values = records[:, 4:]
+    q = np.stack([values & 0x0F, values >> 4], axis=2).reshape(len(records), -1)
+    return q[:, :dim].astype(np.float64), meta[:, 0:1], meta[:, 1:2]
+
+
 @atheris.instrument_func
 def check_lookup(case, got):
-    """Lookup decodes with one float32 multiply (int8) or exactly (fp16):
-    bit-exact, except that NaN payloads may differ and values TF's FTZ/DAZ
-    may flush (a subnormal product, or a subnormal scale) may be zero."""
+    """Lookup decodes with one float32 multiply (int8, both layouts), a
+    multiply then an add (int4) or exactly (fp16): bit-exact, except that
+    NaN payloads may differ and values TF's FTZ/DAZ may flush (a subnormal
+    int8 product, or a subnormal int8 scale) may be zero. int4 has none:
+    float16 scales and biases widen to normal floats, and q scale + bias is
+    0 or at least 2**-24."""
     table, scales, ids = (case.inputs[k] for k in ("table", "scales", "ids"))
-    got = result_values(got, ids.shape + (table.shape[1],))
+    fmt, dim, _ = table_format(table, case.attrs)
+    got = result_values(got, ids.shape + (dim,))
     if got is None:
         return
     ids = ids.astype(np.int64)
-    fmt = "int8" if table.dtype == np.int8 else "fp16"
     with np.errstate(all="ignore"):
         # The format's own decoder (tables here are tiny: decode them whole).
-        want = quantization.decode(table, scales, fmt)[ids]
-        flushable = (tiny(want) | tiny(scales[ids])[..., None] if fmt == "int8"
-                     else np.zeros(want.shape, bool))
+        want = quantization.decode(table, scales, fmt, dim)[ids]
+        if fmt == "int8_split":
+            flushable = tiny(want) | tiny(scales[ids])[..., None]
+        elif fmt == "int8":
+            flushable = tiny(want) | tiny(record_scales(table)[ids])[..., None]
+        else:
+            flushable = np.zeros(want.shape, bool)
     ok = lookup_ok(got, want, flushable)
     STATS["elements_compared"] += int(ok.size)
     if not ok.all():
@@ -631,28 +752,61 @@ def denominator(w, combiner):
     return a if a == b or (np.isnan(a) and np.isnan(b)) else None
 
 
-def pool_bound(terms, droppable, denom):
+def pool_bound(terms, droppable, denom, count=None):
     """Per element of one segment: (want, bound, checked).
 
     terms[i, d] = float32(w_i * scale_i) * value(ids[i])[d] in float64 (the
     weight folded into the int8 scale as the kernels do; w_i * value for
-    fp16). The bound is the kernels' (quantization.pooled_error_bound) plus
+    fp16); for int4 followed by one row per id of its float32(w_i * bias_i)
+    (the bias sum the kernels add once per bag). `count`: the bag's ids (the
+    rows of terms if None). The bound is the kernels'
+    (quantization.pooled_error_bound, of every term's magnitude) plus
     what flush-to-zero adds: terms that FTZ/DAZ may drop count in full, plus
     FLT_MIN per operation for flushed partial results. Elements where a
     float32 intermediate may overflow, and dropped non-finite terms (0 * Inf
     versus w * Inf), are not checked.
     """
     n = terms.shape[0]
+    count = n if count is None else count
     finite = np.isfinite(terms)
     magnitude = np.where(finite, np.abs(terms), 0).sum(axis=0)
     dropped = np.where(droppable & finite, np.abs(terms), 0).sum(axis=0)
     want = terms.sum(axis=0) / np.float64(denom)
     scale = 1 / abs(np.float64(denom)) if denom != 0 else np.inf
-    bound = (quantization.pooled_error_bound(magnitude, n, denom)
+    bound = (quantization.pooled_error_bound(magnitude, count, denom)
              + (dropped + (n + 2) * 2 * FLT_MIN) * scale + FLT_MIN)
     checked = ((magnitude < FLT_MAX / 4) & (magnitude * scale < FLT_MAX / 4)
                & ~np.any(droppable & ~finite, axis=0))
     return want, bound, checked
+
+
+def segment_terms(table, scales, fmt, dim, ids, w32):
+    """(terms, droppable) of the bag of `ids` with float32 weights w32 (see
+    pool_bound), as the kernels form them: the weight folded into the
+    row's scale in float32 (may be Inf), times each stored value; int4's
+    weighted biases as extra rows."""
+    w = w32.astype(np.float64)[:, None]
+    if fmt == "fp16":
+        terms = w * table[ids].astype(np.float64)
+        return terms, tiny(w) | tiny(terms)
+    if fmt == "int4":
+        q, scale, bias = int4_fields(table[ids], dim)
+        factor = (w32[:, None] * scale).astype(np.float64)
+        values = factor * q
+        biases = np.broadcast_to((w32[:, None] * bias).astype(np.float64),
+                                 values.shape)
+        return (np.concatenate([values, biases]),
+                np.concatenate([tiny(w) | tiny(factor) | tiny(values),
+                                tiny(w) | tiny(biases)]))
+    if fmt == "int8_split":
+        scale, q = scales[ids][:, None], table[ids]
+    else:
+        scale, q = record_scales(table[ids])[:, None], table[ids][:, 4:].view(np.int8)
+    factor = (w32[:, None] * scale).astype(np.float64)
+    terms = factor * q.astype(np.float64)
+    droppable = (tiny(w) | tiny(scale.astype(np.float64)) | tiny(factor)
+                 | tiny(terms))
+    return terms, droppable
 
 
 @atheris.instrument_func
@@ -660,9 +814,10 @@ def check_pool(case, got):
     """out[s] = sum_i w_i decode(ids[i]) / denom(s); zeros if denom == 0."""
     x = case.inputs
     table, scales = x["table"], x["scales"]
+    fmt, dim, _ = table_format(table, case.attrs)
     ids = x["ids"].astype(np.int64)
     seg = x["segment_ids"].astype(np.int64)
-    num_segments, dim = int(x["num_segments"]), table.shape[1]
+    num_segments = int(x["num_segments"])
     got = result_values(got, (num_segments, dim))
     if got is None:
         return
@@ -671,21 +826,10 @@ def check_pool(case, got):
     with np.errstate(all="ignore"):
         for s in np.unique(seg):
             pos = np.flatnonzero(np.equal(seg, s))
-            rows = table[ids[pos]]
-            w = w32[pos].astype(np.float64)[:, None]
-            if table.dtype == np.int8:
-                scale = scales[ids[pos]][:, None]
-                # The kernels' term: the weight folded into the scale in
-                # float32 (may be Inf), times the stored value.
-                factor = (w32[pos][:, None] * scale).astype(np.float64)
-                terms = factor * rows.astype(np.float64)
-                droppable = (tiny(w) | tiny(scale.astype(np.float64))
-                             | tiny(factor) | tiny(terms))
-            else:
-                terms = w * rows.astype(np.float64)
-                droppable = tiny(w) | tiny(terms)
+            terms, droppable = segment_terms(table, scales, fmt, dim, ids[pos],
+                                             w32[pos])
             compare_segment(got, s, terms, droppable,
-                            denominator(w32[pos], case.combiner))
+                            denominator(w32[pos], case.combiner), len(pos))
     # Segments with no ids: zeros, exactly.
     empty = np.setdiff1d(np.arange(num_segments), seg)
     STATS["elements_compared"] += int(empty.size * dim)
@@ -694,8 +838,9 @@ def check_pool(case, got):
 
 
 @atheris.instrument_func
-def compare_segment(got, s, terms, droppable, denom):
-    """Checks output row s against its terms (see pool_bound)."""
+def compare_segment(got, s, terms, droppable, denom, count=None):
+    """Checks output row s against its terms (see pool_bound) of a bag of
+    `count` ids."""
     if denom is None:  # the denominator depends on FTZ/DAZ
         STATS["elements_unchecked"] += got.shape[1]
         return
@@ -709,7 +854,7 @@ def compare_segment(got, s, terms, droppable, denom):
         checked = np.ones(row.shape, bool)
         want, bound = np.zeros(row.shape), np.zeros(row.shape)
     else:
-        want, bound, checked = pool_bound(terms, droppable, denom)
+        want, bound, checked = pool_bound(terms, droppable, denom, count)
         ok = pool_ok(row, want, bound)
     STATS["elements_compared"] += int(checked.sum())
     STATS["elements_unchecked"] += int((~checked).sum())
@@ -739,8 +884,9 @@ def run(case):
         args = {name: tf.constant(value)
                 for name, value in case.inputs.items()}
         if case.op == "CompressedEmbeddingLookup":
-            return OPS.CompressedEmbeddingLookup(**args)
-        return OPS.FusedDecodeAxpy(**args, combiner=case.combiner)
+            return OPS.CompressedEmbeddingLookup(**args, **case.attrs)
+        return OPS.FusedDecodeAxpy(**args, combiner=case.combiner,
+                                   **case.attrs)
     except (tf.errors.OpError, ValueError, TypeError) as e:
         return e
 

@@ -22,6 +22,7 @@ import pytest
 import tensorflow as tf
 
 import tf_compressed_embedding as tfce
+from tf_compressed_embedding import quantization
 
 FUZZ_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, FUZZ_DIR)
@@ -51,7 +52,8 @@ def test_bounded_fuzz_run(isa, tmp_path, record_property):
     stats = json.loads(stats_path.read_text())
     summary = {"isa": isa, "runs": runs, "seconds": seconds,
                **{k: stats[k] for k in ("op_calls", "results_checked",
-                                        "errors_checked", "elements_compared")}}
+                                        "errors_checked", "elements_compared",
+                                        "results_by_format")}}
     print(f"\nfuzz {json.dumps(summary)}")
     record_property("fuzz", json.dumps(summary))
     assert stats["isa"] == isa
@@ -63,58 +65,88 @@ def test_bounded_fuzz_run(isa, tmp_path, record_property):
     assert stats["results_checked"] >= runs // 10, summary
     assert stats["errors_checked"] >= runs // 10, summary
     assert stats["elements_compared"] >= stats["results_checked"], summary
+    # Valid calls on tables of every storage format were checked.
+    assert set(stats["results_by_format"]) == set(quantization.FORMATS), stats
 
 
 # ------------------------------------------------------------ the oracle
 
 
-def lookup_case(table, scales, ids):
+def attrs_of(fmt, dim=19):
+    """The raw ops' table attrs of format fmt ({} for the plain ones)."""
+    if fmt in quantization.ROWWISE_FORMATS:
+        return {"row_format": quantization.op_row_format(fmt), "dim": dim}
+    return {}
+
+
+def lookup_case(table, scales, ids, attrs=None):
     return fuzz_ops.Case("CompressedEmbeddingLookup",
-                         {"table": table, "scales": scales, "ids": ids})
+                         {"table": table, "scales": scales, "ids": ids},
+                         attrs=attrs or {})
 
 
 def pool_case(table, scales, ids, segment_ids, weights, num_segments,
-              combiner="sum"):
+              combiner="sum", attrs=None):
     return fuzz_ops.Case(
         "FusedDecodeAxpy",
         {"table": table, "scales": scales, "ids": ids,
          "segment_ids": segment_ids, "weights": weights,
-         "num_segments": num_segments}, combiner)
+         "num_segments": num_segments}, combiner, attrs or {})
+
+
+def table_of(fmt, rows=5, dim=19):
+    """(data, scales) of a [rows, dim] table in format fmt."""
+    rng = np.random.default_rng(3)
+    return quantization.encode(
+        rng.standard_normal((rows, dim)).astype(np.float32) + 2, fmt)
 
 
 def int8_table(rows=5, dim=19):
-    rng = np.random.default_rng(3)
-    return tfce.quantization.encode(
-        rng.standard_normal((rows, dim)).astype(np.float32), "int8")
-
-
-def fp16_table(rows=5, dim=19):
-    rng = np.random.default_rng(4)
-    return tfce.quantization.encode(
-        rng.standard_normal((rows, dim)).astype(np.float32), "fp16")
+    return table_of("int8_split", rows, dim)
 
 
 def valid_cases():
     cases = []
-    for table, scales in (int8_table(), fp16_table()):
+    for fmt in quantization.FORMATS:
+        table, scales = table_of(fmt)
         cases.append(lookup_case(table, scales,
-                                 np.array([[0, 4], [2, 2]], np.int32)))
+                                 np.array([[0, 4], [2, 2]], np.int32),
+                                 attrs_of(fmt)))
         for combiner in fuzz_ops.COMBINERS:
             cases.append(pool_case(
                 table, scales, np.array([0, 4, 1, 1, 3], np.int64),
                 np.array([0, 0, 2, 2, 2], np.int32),
                 np.array([0.5, -1.5, 2.0, 0.25, 1.0], np.float32),
-                np.int64(4), combiner))
+                np.int64(4), combiner, attrs_of(fmt)))
     return cases
 
 
 def invalid_cases():
     """{kind of bad input: (case, shape of a plausible result)}."""
     table, scales = int8_table()
+    records, empty = table_of("int8")
+    nibbles, _ = table_of("int4")
     ids = np.array([0, 1], np.int64)
     seg = np.array([0, 1], np.int64)
     none = np.zeros([0], np.float32)
     return {
+        "uint8 table, plain": (lookup_case(records, empty, ids), (2, 23)),
+        "int8 table, rowwise": (
+            pool_case(table, none, ids, seg, none, np.int64(2),
+                      attrs=attrs_of("int8")), (2, 19)),
+        "rowwise dim left out": (
+            lookup_case(nibbles, empty, ids, {"row_format": "int4_rowwise"}),
+            (2, 19)),
+        "plain with a dim": (
+            lookup_case(table, scales, ids, {"dim": 19}), (2, 19)),
+        "record width of another dim": (
+            pool_case(nibbles, empty, ids, seg, none, np.int64(2),
+                      attrs=attrs_of("int4", 21)), (2, 21)),
+        "int4 records as int8": (
+            lookup_case(nibbles, empty, ids, attrs_of("int8")), (2, 19)),
+        "rowwise with scales": (
+            lookup_case(records, np.ones([5], np.float32), ids,
+                        attrs_of("int8")), (2, 19)),
         "id == V": (lookup_case(table, scales, np.array([5], np.int64)),
                     (1, 19)),
         "negative id": (pool_case(table, scales, np.array([0, -1], np.int32),
@@ -133,6 +165,7 @@ def invalid_cases():
 
 @pytest.mark.parametrize("case", valid_cases(),
                          ids=lambda c: f"{c.op}-{c.inputs['table'].dtype}-"
+                                       f"{c.attrs.get('row_format', 'plain')}-"
                                        f"{c.combiner}")
 def test_oracle_accepts_the_ops_result_and_flags_a_corrupted_one(case):
     out = fuzz_ops.run(case)
@@ -151,6 +184,12 @@ def test_oracle_accepts_the_ops_result_and_flags_a_corrupted_one(case):
             fuzz_ops.check(case, tf.constant(bad.reshape(values.shape)))
     with pytest.raises(fuzz_ops.Finding, match="shape"):
         fuzz_ops.check(case, tf.constant(values[..., :-1]))
+    if case.attrs.get("row_format") == "int4_rowwise":
+        # The bias counted once more (per bag, or per element) is caught.
+        bias = np.float32(np.ascontiguousarray(case.inputs["table"][:1, 2:4])
+                          .view("<f2")[0, 0])
+        with pytest.raises(fuzz_ops.Finding, match="mismatch"):
+            fuzz_ops.check(case, tf.constant(values + bias))
     with pytest.raises(fuzz_ops.Finding, match="valid call failed"):
         fuzz_ops.check(case, tf.errors.InvalidArgumentError(
             None, None, "ids[0] = 0 is not in [0, 5)"))
@@ -202,6 +241,19 @@ REPRODUCERS = {
         np.array([[0, 1]], np.int8), np.array([1e20], np.float32),
         np.array([0], np.int64), np.array([0], np.int64),
         np.array([1e20], np.float32), np.int64(1)),
+    # The same with the scale inline (int8 records; int4, whose float16
+    # scale needs a larger weight to overflow, and whose bias adds on).
+    "folded-scale-overflow-int8-rowwise": pool_case(
+        np.array([list(np.float32(1e20).tobytes()) + [0, 1]], np.uint8),
+        EMPTY_F32, np.array([0], np.int64), np.array([0], np.int64),
+        np.array([1e20], np.float32), np.int64(1),
+        attrs={"row_format": "int8_rowwise", "dim": 2}),
+    "folded-scale-overflow-int4-rowwise": pool_case(
+        np.array([list(np.array([65504, 1], "<f2").tobytes()) + [0x10]],
+                 np.uint8),
+        EMPTY_F32, np.array([0], np.int64), np.array([0], np.int64),
+        np.array([1e35], np.float32), np.int64(1),
+        attrs={"row_format": "int4_rowwise", "dim": 2}),
 }
 
 
@@ -211,20 +263,39 @@ def test_fuzzer_finding_stays_fixed(tag):
     fuzz_ops.check(case, fuzz_ops.run(case))  # raises Finding on a regression
 
 
-def test_folded_scale_overflow_is_the_same_on_every_row():
-    """The folded-scale case gives the same bits on every kernel row (the
+FOLDED_SCALE_CHILD = """
+import json, sys
+import numpy as np, tensorflow as tf
+from tf_compressed_embedding import _loader
+case = json.loads(sys.argv[1])
+table = np.frombuffer(bytes.fromhex(case["table"]), case["dtype"]).reshape(1, -1)
+out = _loader.ops().FusedDecodeAxpy(
+    table=table, scales=np.array(case["scales"], np.float32),
+    ids=tf.constant([0], tf.int64), segment_ids=tf.constant([0], tf.int64),
+    weights=np.array(case["weights"], np.float32),
+    num_segments=tf.constant(1, tf.int64), combiner="sum", **case["attrs"])
+print(out.numpy().tobytes().hex())
+"""
+
+
+@pytest.mark.parametrize("tag", ["folded-scale-overflow",
+                                 "folded-scale-overflow-int8-rowwise",
+                                 "folded-scale-overflow-int4-rowwise"])
+def test_folded_scale_overflow_is_the_same_on_every_row(tag):
+    """The folded-scale cases give the same bits on every kernel row (the
     in-process test above sees only the active one)."""
+    case = REPRODUCERS[tag]
+    table = case.inputs["table"]
+    arg = json.dumps({"table": table.tobytes().hex(), "dtype": table.dtype.name,
+                      "scales": case.inputs["scales"].tolist(),
+                      "weights": case.inputs["weights"].tolist(),
+                      "attrs": case.attrs})
     results = set()
     for isa in tfce.supported_isas():
-        code = ("import numpy as np, tensorflow as tf\n"
-                "from tf_compressed_embedding import _loader\n"
-                "out = _loader.ops().FusedDecodeAxpy(\n"
-                "    table=tf.constant([[0, 1]], tf.int8), scales=[1e20],\n"
-                "    ids=tf.constant([0], tf.int64), segment_ids=tf.constant([0], tf.int64),\n"
-                "    weights=[1e20], num_segments=tf.constant(1, tf.int64), combiner='sum')\n"
-                "print(out.numpy().tobytes().hex())\n")
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env={**os.environ, "TFCE_ISA": isa}, timeout=300, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", FOLDED_SCALE_CHILD, arg],
+            capture_output=True, text=True,
+            env={**os.environ, "TFCE_ISA": isa}, timeout=300, check=False)
         assert done.returncode == 0, done.stderr[-2000:]
         results.add(done.stdout.strip().splitlines()[-1])
     assert len(results) == 1, results

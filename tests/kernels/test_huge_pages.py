@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from tf_compressed_embedding import quantization
+
 MIB = 1 << 20
 
 CHILD = r"""
@@ -82,14 +84,14 @@ needs_collapse = pytest.mark.skipif(
 
 
 @needs_collapse
-@pytest.mark.parametrize("fmt", ["int8", "fp16"])
+@pytest.mark.parametrize("fmt", quantization.FORMATS)
 def test_large_table_is_collapsed_and_results_unchanged(fmt):
-    # int8: 24 MiB of rows + 8 MiB of scales; fp16: 48 MiB of rows.
+    # int8_split: 24 MiB of rows + 8 MiB of scales; int8: 32 MiB of records;
+    # int4: 20 MiB of records; fp16: 48 MiB of rows.
     rows, dim = 2 * MIB, 12
     out = run_child(rows, dim, fmt, TFCE_HUGE_PAGES="")
-    row_bytes = rows * dim * (1 if fmt == "int8" else 2)
-    table_bytes = row_bytes + (rows * 4 if fmt == "int8" else 0)
-    buffers = 2 if fmt == "int8" else 1
+    table_bytes = rows * quantization.row_bytes(fmt, dim)
+    buffers = 2 if fmt == "int8_split" else 1
     # Each buffer loses at most 2 MiB at each end to alignment.
     assert table_bytes - 4 * MIB * buffers <= out["collapsed"] <= table_bytes, out
     assert out["anon_huge"] >= out["collapsed"], out
@@ -112,6 +114,6 @@ def test_disabled_by_env():
 
 
 def test_small_tables_left_alone():
-    # 1 MiB of int8 rows and 256 KiB of scales: under the 4 MiB threshold.
+    # 1.25 MiB of int8 records (64 Ki x 20 bytes): under the 4 MiB threshold.
     out = run_child(64 * 1024, 16)
     assert out["collapsed"] == 0

@@ -97,14 +97,14 @@ def test_simd_kernels_prefetch(isa_struct, kernel):
 
 @pytest.mark.parametrize("isa_struct", ["Sse", "Avx2", "Avx512"])
 def test_int8_pool_kernels_prefetch_scales(isa_struct):
-    """The int8 pooling code prefetches each upcoming row's scale as well as
-    its row: a prefetch indexed by id * 4 into the float scales (the row
+    """The int8_split pooling code prefetches each upcoming row's scale as
+    well as its row: a prefetch indexed by id * 4 into the float scales (the row
     prefetches are byte addressed). The scale prefetch was once dropped from
     every pool kernel (an out-of-line helper again) while the lookup kept
     it."""
     functions = instructions(_loader.library_path())
     int8_pool = {f: insns for f, insns in functions.items()
-                 if "Pool" in f and isa_struct in f and "Int8Rows" in f}
+                 if "Pool" in f and isa_struct in f and "Int8SplitRows" in f}
     assert int8_pool, f"no int8 pool functions of {isa_struct} found"
     scale_prefetches = {f for f, insns in int8_pool.items()
                         if any(op == "prefetcht0" and args.endswith(",4)")
@@ -113,3 +113,19 @@ def test_int8_pool_kernels_prefetch_scales(isa_struct):
                       if any(op == "prefetcht0" for op, _ in insns)}
     assert row_prefetches and scale_prefetches == row_prefetches, (
         sorted(row_prefetches - scale_prefetches))
+
+
+@pytest.mark.parametrize("isa_struct", ["Sse", "Avx2", "Avx512"])
+@pytest.mark.parametrize("rows", ["Int8RowwiseRows", "Int4RowwiseRows"])
+def test_rowwise_pool_kernels_prefetch_records(isa_struct, rows):
+    """The rowwise formats' pooling code prefetches the upcoming records
+    (their scales, and int4's biases, are inline: no second prefetch): every
+    bag driver of the format (PoolEachBag, one per dim kind and id width)
+    holds a prefetch."""
+    functions = instructions(_loader.library_path())
+    drivers = {f: insns for f, insns in functions.items()
+               if "PoolEachBag" in f and isa_struct in f and rows in f}
+    assert drivers, f"no {rows} pool functions of {isa_struct} found"
+    without = sorted(f for f, insns in drivers.items()
+                     if not any(op == "prefetcht0" for op, _ in insns))
+    assert without == []

@@ -15,12 +15,13 @@ import numpy as np
 import tensorflow as tf
 
 import tf_compressed_embedding as tfce
+from tf_compressed_embedding import quantization
 
 
 def cases(rng):
     """(name, function) pairs, each function deterministic in its inputs."""
     out = []
-    for fmt in ("int8", "fp16"):
+    for fmt in quantization.FORMATS:
         for dim in (1, 12, 33, 64):
             ct = tfce.quantize(rng.standard_normal((997, dim)).astype(np.float32), fmt)
             ids = tf.constant(rng.integers(0, 997, size=300), tf.int64)

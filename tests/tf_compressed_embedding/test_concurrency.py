@@ -23,8 +23,8 @@ CALLS_PER_THREAD = 200
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
     rng = np.random.default_rng(5)
-    model = Recommender(tfce.quantize(reference.random_table(rng, 300, 12), "int8"),
-                        tfce.quantize(reference.random_table(rng, 500, 12), "fp16"))
+    model = Recommender(tfce.quantize(reference.random_table(rng, 300, 12), "int4"),
+                        tfce.quantize(reference.random_table(rng, 500, 12), "int8"))
     path = str(tmp_path_factory.mktemp("concurrency") / "model")
     tf.saved_model.save(model, path, signatures={"serving_default": model.pooled})
     return path
@@ -61,26 +61,31 @@ import numpy as np
 import tensorflow as tf
 tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
 import tf_compressed_embedding as tfce
+from tf_compressed_embedding import quantization
 from tf_compressed_embedding.ops import _with_max_threads
 rng = np.random.default_rng(5)
-ct = tfce.quantize(rng.standard_normal((5000, 12)).astype(np.float32), "int8")
+table = rng.standard_normal((5000, 12)).astype(np.float32)
 ids = rng.integers(0, 5000, 512 * 80)
 segment_ids = np.repeat(np.arange(512), 80)
 weights = rng.uniform(0.5, 1.5, ids.size).astype(np.float32)
 cap = os.environ.get("TFCE_TEST_MAX_THREADS")
 
-@tf.function
-def run():
-    pooled = tfce.fused_decode_axpy(ct, ids, segment_ids, weights, "mean")
-    looked_up = tfce.compressed_embedding_lookup(ct, ids)
-    if cap is not None:
-        pooled = _with_max_threads(pooled, int(cap))
-        looked_up = _with_max_threads(looked_up, int(cap))
-    return pooled, looked_up
+def run(ct):
+    @tf.function
+    def both():
+        pooled = tfce.fused_decode_axpy(ct, ids, segment_ids, weights, "mean")
+        looked_up = tfce.compressed_embedding_lookup(ct, ids)
+        if cap is not None:
+            pooled = _with_max_threads(pooled, int(cap))
+            looked_up = _with_max_threads(looked_up, int(cap))
+        return pooled, looked_up
+    return both()
 
-pooled, looked_up = run()
-np.save(sys.argv[2], np.concatenate([pooled.numpy().ravel(),
-                                     looked_up.numpy().ravel()]))
+results = []
+for fmt in quantization.FORMATS:
+    pooled, looked_up = run(tfce.quantize(table, fmt))
+    results += [pooled.numpy().ravel(), looked_up.numpy().ravel()]
+np.save(sys.argv[2], np.concatenate(results))
 """
 
 

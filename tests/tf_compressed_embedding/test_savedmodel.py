@@ -8,16 +8,21 @@ import textwrap
 
 import numpy as np
 import tensorflow as tf
+from absl.testing import parameterized
 
 import reference
 import tf_compressed_embedding as tfce
+from tf_compressed_embedding import quantization
 
 
 class Recommender(tf.Module):
-    def __init__(self, table_int8, table_fp16):
+    """Two tables of any formats: `user` is looked up and pooled, `item`
+    pooled by the sparse API."""
+
+    def __init__(self, user, item):
         super().__init__()
-        self.user = table_int8
-        self.item = table_fp16
+        self.user = user
+        self.item = item
 
     @tf.function(input_signature=[
         tf.TensorSpec([None], tf.int64, name="user_id"),
@@ -57,13 +62,18 @@ LOAD_SCRIPT = textwrap.dedent("""
 """)
 
 
-class SavedModelTest(tf.test.TestCase):
+class SavedModelTest(tf.test.TestCase, parameterized.TestCase):
 
-    def test_round_trip_in_fresh_process(self):
+    # Every format in both roles (int4 of an odd dim: its records do not
+    # give it, the saved node's dim attr does).
+    @parameterized.parameters(("int8", "fp16"), ("int4", "int8_split"),
+                              ("fp16", "int4"), ("int8_split", "int8"))
+    def test_round_trip_in_fresh_process(self, user_fmt, item_fmt):
         rng = np.random.default_rng(41)
+        dim = 15
         model = Recommender(
-            tfce.quantize(reference.random_table(rng, 300, 16), "int8"),
-            tfce.quantize(reference.random_table(rng, 500, 16), "fp16"))
+            tfce.quantize(reference.random_table(rng, 300, dim), user_fmt),
+            tfce.quantize(reference.random_table(rng, 500, dim), item_fmt))
         path = os.path.join(self.get_temp_dir(), "model")
         tf.saved_model.save(model, path, signatures={
             "serving_default": model.pooled})
@@ -85,17 +95,32 @@ class SavedModelTest(tf.test.TestCase):
                               tf.constant(3, tf.int64))["pooled"]
         self.assertAllEqual(loaded["score"], score)
         self.assertAllEqual(loaded["pooled"], pooled)
+        self.assertEqual(np.shape(loaded["pooled"]), (3, dim))
+        # And both are the reference's, within the pooling bound.
+        want, bound = reference.pool_table(
+            model.user, inputs["ids"], inputs["segs"], inputs["w"], "sqrtn", 3)
+        self.assertTrue(np.all(np.abs(np.array(loaded["pooled"]) - want)
+                               <= bound))
 
-        # Tables are stored compressed, as checkpoint variables.
+        # Tables are stored compressed, as checkpoint variables: each
+        # table's data in its format's dtype and layout.
         reader = tf.train.load_checkpoint(os.path.join(path, "variables",
                                                        "variables"))
         dtypes = reader.get_variable_to_dtype_map()
-        self.assertCountEqual(
-            [d for d in dtypes.values() if d in (tf.int8, tf.float16)],
-            [tf.int8, tf.float16])
-        self.assertNotIn(tf.float32, [
-            d for k, d in dtypes.items()
-            if reader.get_variable_to_shape_map()[k][-1:] == [16]])
+        shapes = reader.get_variable_to_shape_map()
+        stored = sorted((dtypes[k].name, tuple(shapes[k])) for k in dtypes
+                        if dtypes[k] in (tf.int8, tf.uint8, tf.float16))
+        want_stored = sorted(
+            (tf.as_dtype(quantization.storage_dtype(fmt)).name,
+             quantization.data_shape(fmt, rows, dim))
+            for fmt, rows in ((user_fmt, 300), (item_fmt, 500)))
+        self.assertEqual(stored, want_stored)
+        # No float32 table (only int8_split's scales are float32).
+        self.assertEqual(
+            sorted(tuple(shapes[k]) for k in dtypes if dtypes[k] == tf.float32
+                   and shapes[k] != [0]),
+            sorted((rows,) for fmt, rows in ((user_fmt, 300), (item_fmt, 500))
+                   if fmt == "int8_split"))
 
 
 if __name__ == "__main__":

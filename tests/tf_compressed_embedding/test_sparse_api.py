@@ -6,8 +6,10 @@ from absl.testing import parameterized
 
 import reference
 import tf_compressed_embedding as tfce
+from tf_compressed_embedding import quantization
 
 COMBINERS = ("sum", "mean", "sqrtn")
+FORMATS = quantization.FORMATS
 
 
 def random_sparse(rng, batch, max_len, vocab, empty_rows=(), negative=False):
@@ -30,13 +32,20 @@ class EmbeddingLookupSparseTest(tf.test.TestCase, parameterized.TestCase):
 
     def setUp(self):
         super().setUp()
-        rng = np.random.default_rng(21)
-        self.ct = tfce.quantize(reference.random_table(rng, 64, 12), "int8")
-        self.table = tf.constant(reference.decoded(self.ct).astype(np.float32))
-        self.rng = rng
+        self.rng = np.random.default_rng(21)
+        self.use_format("int8")
 
-    @parameterized.product(combiner=COMBINERS, weighted=(False, True))
-    def test_sparse_matches_tf_nn(self, combiner, weighted):
+    def use_format(self, fmt):
+        """self.ct: a table in format `fmt`; self.table: its decoded rows,
+        for tf.nn's ops (so quantization error is not counted)."""
+        rng = np.random.default_rng(22)
+        self.ct = tfce.quantize(reference.random_table(rng, 64, 12), fmt)
+        self.table = tf.constant(reference.decoded(self.ct).astype(np.float32))
+
+    @parameterized.product(combiner=COMBINERS, weighted=(False, True),
+                           fmt=FORMATS)
+    def test_sparse_matches_tf_nn(self, combiner, weighted, fmt):
+        self.use_format(fmt)
         ids, w = random_sparse(self.rng, 9, 5, 64, empty_rows=(3, 8))
         w = w if weighted else None
         got = tfce.embedding_lookup_sparse(self.ct, ids, w, combiner=combiner)
@@ -44,8 +53,10 @@ class EmbeddingLookupSparseTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(got.shape, want.shape)  # 8 rows: TF drops the last empty one
         self.assertAllClose(got, want, rtol=1e-5, atol=1e-6)
 
-    @parameterized.product(combiner=COMBINERS, weighted=(False, True))
-    def test_ragged_matches_sparse(self, combiner, weighted):
+    @parameterized.product(combiner=COMBINERS, weighted=(False, True),
+                           fmt=FORMATS)
+    def test_ragged_matches_sparse(self, combiner, weighted, fmt):
+        self.use_format(fmt)
         ids, w = random_sparse(self.rng, 7, 4, 64, empty_rows=(0, 6))
         ragged_ids = tf.RaggedTensor.from_sparse(ids)
         ragged_w = tf.RaggedTensor.from_sparse(w) if weighted else None
@@ -57,8 +68,9 @@ class EmbeddingLookupSparseTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(got, want, rtol=1e-5, atol=1e-6)
 
     @parameterized.product(combiner=COMBINERS, weighted=(False, True),
-                           default_id=(None, 5))
-    def test_safe_matches_tf_nn(self, combiner, weighted, default_id):
+                           default_id=(None, 5), fmt=FORMATS)
+    def test_safe_matches_tf_nn(self, combiner, weighted, default_id, fmt):
+        self.use_format(fmt)
         # Negative ids and weights are pruned; empty rows get default_id or 0.
         ids, w = random_sparse(self.rng, 10, 4, 64, empty_rows=(0, 4, 9),
                                negative=True)
@@ -70,7 +82,9 @@ class EmbeddingLookupSparseTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(got.shape, want.shape)
         self.assertAllClose(got, want, rtol=1e-5, atol=1e-6)
 
-    def test_safe_rank3_ids(self):
+    @parameterized.parameters(*FORMATS)
+    def test_safe_rank3_ids(self, fmt):
+        self.use_format(fmt)
         rng = self.rng
         dense = rng.integers(-1, 64, size=(2, 3, 4))
         ids = tf.sparse.from_dense(dense)  # -1 kept as a value, pruned later
@@ -81,7 +95,9 @@ class EmbeddingLookupSparseTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(got.shape, (2, 3, 12))
         self.assertAllClose(got, want, rtol=1e-5, atol=1e-6)
 
-    def test_inside_tf_function(self):
+    @parameterized.parameters(*FORMATS)
+    def test_inside_tf_function(self, fmt):
+        self.use_format(fmt)
         ids, w = random_sparse(self.rng, 6, 3, 64)
 
         @tf.function

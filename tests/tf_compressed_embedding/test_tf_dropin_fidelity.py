@@ -11,16 +11,18 @@ import pytest
 import tensorflow as tf
 
 import tf_compressed_embedding as tfce
+from tf_compressed_embedding import quantization
 
 VOCAB, DIM = 8, 4
 TOL = dict(rtol=1e-5, atol=1e-6)
 
 
-@pytest.fixture(scope="module")
-def table():
+@pytest.fixture(scope="module", params=quantization.FORMATS)
+def table(request):
+    """Every test that takes the table runs once per format."""
     rng = np.random.default_rng(7)
     ct = tfce.quantize(rng.normal(size=(VOCAB, DIM)).astype(np.float32),
-                       "int8")
+                       request.param)
     return ct, tf.constant(ct.dequantize())
 
 
@@ -173,7 +175,7 @@ def test_pooled_max_norm_is_refused_with_the_way_round(table, safe):
         lookup(ct, ids, max_norm=1.0)
 
 
-@pytest.mark.parametrize("fmt", ["int8", "fp16"])
+@pytest.mark.parametrize("fmt", quantization.FORMATS)
 def test_bfloat16_tables_quantize_as_their_float32_values(fmt):
     rng = np.random.default_rng(5)
     bf16 = tf.cast(rng.normal(size=(VOCAB, DIM)), tf.bfloat16)
@@ -185,8 +187,9 @@ def test_bfloat16_tables_quantize_as_their_float32_values(fmt):
     np.testing.assert_array_equal(var.dequantize(), from_f32.dequantize())
 
 
-def test_tables_of_higher_rank_are_refused_with_the_way_round():
+@pytest.mark.parametrize("fmt", quantization.FORMATS)
+def test_tables_of_higher_rank_are_refused_with_the_way_round(fmt):
     # TF gathers [V, d1, d2] params; the formats store rows of one dim.
     with pytest.raises(ValueError, match=r"rank 2 .*table\.reshape\(rows, "
                                          r"-1\)"):
-        tfce.quantize(np.ones((VOCAB, 2, 2), np.float32), "int8")
+        tfce.quantize(np.ones((VOCAB, 2, 2), np.float32), fmt)
