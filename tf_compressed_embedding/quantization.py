@@ -39,6 +39,8 @@ ROWWISE_FORMATS = ("int4", "int8")
 INT8_MAX = 127
 INT4_MAX = 15
 FP16_MAX = 65504.0
+# Half the spacing of float16 subnormals: their rounding error.
+_FP16_SUBNORMAL_HALF_ULP = 2.0 ** -25
 # Bytes of a rowwise record before its values.
 RECORD_HEADER_BYTES = 4
 
@@ -341,9 +343,11 @@ def max_decode_error(fmt: str, row_max_abs: npt.ArrayLike) -> np.ndarray:
 
     int8 (both layouts): half a quantization step, ``scale / 2 = max|row| /
     254``. fp16: half a unit in the last place of a float16 normal
-    (``max|row| * 2**-11``). int4: half a step of a range at most 2 max|row|
-    wide, plus what the range search may clip (INT4_SEARCH_MAX_CLIP of that
-    range), plus the float16 rounding of the scale (times 15) and the bias.
+    (``max|row| * 2**-11``), or of a subnormal (``2**-25``) for values
+    under float16's smallest normal. int4: half a step of a range at most 2
+    max|row| wide, plus what the range search may clip (INT4_SEARCH_MAX_CLIP
+    of that range), plus the float16 rounding of the scale (times 15) and
+    the bias, each relative or, for subnormals, ``2**-25``.
     """
     row_max_abs = np.asarray(row_max_abs, np.float64)
     check_format(fmt)
@@ -352,8 +356,9 @@ def max_decode_error(fmt: str, row_max_abs: npt.ArrayLike) -> np.ndarray:
     if fmt == "int4":
         half_step = 2 * row_max_abs / (2 * INT4_MAX)
         clipped = INT4_SEARCH_MAX_CLIP * 2 * row_max_abs
-        return half_step + clipped + 3 * row_max_abs * 2.0 ** -11
-    return row_max_abs * 2.0 ** -11
+        return (half_step + clipped + 3 * row_max_abs * 2.0 ** -11
+                + (INT4_MAX + 1) * _FP16_SUBNORMAL_HALF_ULP)
+    return row_max_abs * 2.0 ** -11 + _FP16_SUBNORMAL_HALF_ULP
 
 
 FLOAT32_EPS = float(np.finfo(np.float32).eps)

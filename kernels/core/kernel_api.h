@@ -98,6 +98,11 @@ struct PoolArgs {
 // Bytes of a rowwise record before its values (scale, or scale and bias).
 constexpr int64_t kRecordHeaderBytes = 4;
 
+// The largest dim a table may have: RecordBytes (and rows x it, for a
+// table that fits in memory) then cannot overflow int64. A row of 2^40
+// values is beyond any real embedding; the ops refuse larger dims.
+constexpr int64_t kMaxDim = int64_t{1} << 40;
+
 // Bytes of one stored row of `dim` values in `storage`: the table's stride.
 // The separate scale of kInt8Split is not included (ScaleBytes).
 constexpr int64_t RecordBytes(Storage storage, int64_t dim) {

@@ -67,8 +67,9 @@ absl::Status ParseTableFormat(tensorflow::DataType dtype,
                            "' must be uint8 (its rows are byte records), got ",
                            tensorflow::DataTypeString(dtype));
   }
-  if (dim < 0) {
-    return InvalidArgument("attr dim must be >= 0 for row_format '", row_format,
+  if (dim < 0 || dim > kMaxDim) {
+    return InvalidArgument("attr dim must be in [0, ", kMaxDim,
+                           "] for row_format '", row_format,
                            "' (its records do not give it), got ", dim);
   }
   return absl::OkStatus();
@@ -85,8 +86,16 @@ absl::Status MakeTableView(const Tensor& table, const Tensor& scales,
         table.dims(), ")");
   }
   const int64_t rows = table.dim_size(0);
-  if (!rowwise) dim = table.dim_size(1);
-  // dim is an attr below 2^63; RecordBytes cannot overflow for it.
+  if (!rowwise) {
+    dim = table.dim_size(1);
+    if (dim > kMaxDim) {
+      return InvalidArgument("table's dim (its second dimension) must be at "
+                             "most ",
+                             kMaxDim, ", but the table has shape ",
+                             table.shape().DebugString());
+    }
+  }
+  // dim <= kMaxDim (ParseTableFormat checked the attr): no overflow.
   const int64_t record_bytes = RecordBytes(storage, dim);
   if (rowwise && table.dim_size(1) != record_bytes) {
     return InvalidArgument(

@@ -477,8 +477,9 @@ class PoolTableFormatBadInputTest(tf.test.TestCase, parameterized.TestCase):
         if dim is not None:
             attrs["dim"] = dim
         self.assert_refused_when_built(
-            rf"attr dim must be >= 0 for row_format '{row_format}' \(its "
-            rf"records do not give it\), got {-1 if dim is None else dim}",
+            rf"attr dim must be in \[0, 1099511627776\] for row_format "
+            rf"'{row_format}' \(its records do not give it\), got "
+            rf"{-1 if dim is None else dim}",
             *self.table(fmt), **attrs)
 
     @parameterized.product(fmt=("int8_split", "fp16"), dim=(0, 13))

@@ -2,9 +2,7 @@
 (docs/bad_input_matrix.md, 4a). Runs on the ISA row chosen by TFCE_ISA (see
 test_isa.py, which re-runs this file on every row the CPU supports)."""
 import collections
-import os
 import struct
-import unittest
 
 import numpy as np
 import tensorflow as tf
@@ -383,7 +381,7 @@ class TableFormatBadInputTest(tf.test.TestCase, parameterized.TestCase):
         if dim is not None:
             attrs["dim"] = int(dim)
         self.assert_refused_when_built(
-            rf"attr dim must be >= 0 for row_format "
+            rf"attr dim must be in \[0, 1099511627776\] for row_format "
             rf"'{attrs['row_format']}' \(its records do not give it\), got "
             rf"{-1 if dim is None else dim}", data, scales, **attrs)
 
@@ -464,24 +462,16 @@ class TableFormatBadInputTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex((ValueError, TypeError), pattern):
             graph.get_concrete_function()
 
-    @unittest.expectedFailure  # RecordBytes overflows: see the docstring
     def test_huge_rowwise_dim(self):  # L20
-        """The record bytes of a dim near 2**63 do not fit int64. The op must
-        still refuse it with a message that names dim, not a negative record
-        size: RecordBytes (kernels/core/kernel_api.h) computes 4 + dim and
-        4 + (dim + 1) / 2 in int64 and overflows (undefined behaviour; UBSan
-        aborts on it), and ParseTableFormat (kernels/tf/table_format.cc)
-        checks only dim >= 0. A known bug (docs/bad_input_matrix.md, L20):
-        this test fails, as expected, until it is fixed. Under the
-        sanitizers (tools/sanitize.sh) the overflow would abort the whole
-        run, so the test is skipped there until then."""
-        if "libubsan" in os.environ.get("LD_PRELOAD", ""):
-            self.skipTest("known signed overflow in RecordBytes: UBSan would "
-                          "abort the run (docs/bad_input_matrix.md, L20)")
+        """The record bytes of a dim near 2**63 do not fit int64: the op
+        refuses dims above 2**40 with a message that names dim and the
+        range, never a negative record size (and never overflows: the
+        sanitizer run covers it)."""
         for fmt in quantization.ROWWISE_FORMATS:
             for dim in (2**63 - 1, 2**63 - 4):
                 data, scales = rowwise_table(fmt)
                 with self.assertRaises(tf.errors.InvalidArgumentError) as error:
                     raw_lookup(data, scales, [0], **reference.op_attrs(fmt, dim))
-                self.assertIn("dim", error.exception.message)
+                self.assertIn("attr dim must be in [0, 1099511627776]",
+                              error.exception.message)
                 self.assertNotRegex(error.exception.message, r"\[rows, -\d")

@@ -285,12 +285,6 @@ def test_max_decode_error_holds(fmt):
         assert (err[0] == 0).all()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "max_decode_error has no term for float16 subnormals: rows whose values "
-    "are under float16's smallest normal (6.1e-5) decode with an absolute "
-    "error of up to 2**-25 per rounding (fp16; int4's scale and bias), "
-    "beyond the relative bound. A known bug: see the report of the int4 "
-    "format's tests."))
 @pytest.mark.parametrize("fmt", ["fp16", "int4"])
 def test_max_decode_error_holds_for_tiny_rows(fmt):
     rng = np.random.default_rng(58)
