@@ -9,30 +9,6 @@ from tf_compressed_embedding import quantization
 
 FORMATS = quantization.FORMATS
 
-# KNOWN BUG (tf_compressed_embedding/_gradients.py, _fused_decode_axpy_grad):
-# the weights' gradient looks the rows up with
-# compressed_embedding_lookup(table=table, scales=scales, ids=ids), without
-# the forward op's row_format and dim, so for a rowwise table (int8, int4)
-# the lookup is a uint8 table of row_format 'plain', refused by the shape
-# function. The fix passes row_format=op.get_attr("row_format").decode()
-# and dim=op.get_attr("dim"). Until then the rowwise cases below must fail
-# with that error (like a strict xfail: once fixed, they fail here; then
-# delete this marker and known_rowwise_gradient_bug).
-GRADIENT_BUG = (r"a table of row_format 'plain' must be int8 or float16, got "
-                r"uint8")
-
-
-def known_rowwise_gradient_bug(test, fmt, body):
-    """Runs body(); for rowwise formats, expects the known bug's error."""
-    if fmt not in quantization.ROWWISE_FORMATS:
-        return body()
-    # A ValueError where a graph is built, InvalidArgumentError eagerly.
-    with test.assertRaisesRegex((ValueError, tf.errors.InvalidArgumentError),
-                                GRADIENT_BUG):
-        body()
-    return None
-
-
 class GradientTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.product(combiner=("sum", "mean", "sqrtn"), fmt=FORMATS)
@@ -47,13 +23,10 @@ class GradientTest(tf.test.TestCase, parameterized.TestCase):
             return tfce.fused_decode_axpy(ct, ids, segment_ids, w, combiner,
                                           num_segments=5)
 
-        def check():
-            theoretical, numerical = tf.test.compute_gradient(f, [weights],
-                                                              delta=1e-2)
-            self.assertAllClose(theoretical[0], numerical[0], atol=2e-3,
-                                rtol=2e-3)
-
-        known_rowwise_gradient_bug(self, fmt, check)
+        theoretical, numerical = tf.test.compute_gradient(f, [weights],
+                                                          delta=1e-2)
+        self.assertAllClose(theoretical[0], numerical[0], atol=2e-3,
+                            rtol=2e-3)
 
     @parameterized.parameters(*FORMATS)
     def test_weights_gradient_against_closed_form(self, fmt):
@@ -70,12 +43,9 @@ class GradientTest(tf.test.TestCase, parameterized.TestCase):
             out = tfce.fused_decode_axpy(ct, ids, segment_ids, w, "sum")
             loss = tf.reduce_sum(out * upstream)
 
-        def check():
-            got = tape.gradient(loss, w)
-            want = [table[i] @ upstream[s] for i, s in zip(ids, segment_ids)]
-            self.assertAllClose(got, want, rtol=1e-5)
-
-        known_rowwise_gradient_bug(self, fmt, check)
+        got = tape.gradient(loss, w)
+        want = [table[i] @ upstream[s] for i, s in zip(ids, segment_ids)]
+        self.assertAllClose(got, want, rtol=1e-5)
 
     @parameterized.parameters(*FORMATS)
     def test_gradient_inside_tf_function_with_unknown_weight_count(self, fmt):
@@ -90,8 +60,8 @@ class GradientTest(tf.test.TestCase, parameterized.TestCase):
                 loss = tf.reduce_sum(out)
             return tape.gradient(loss, w)
 
-        known_rowwise_gradient_bug(self, fmt, lambda: self.assertAllClose(
-            grad(tf.constant([1.0, 1.0])), table[[1, 3]].sum(axis=1)))
+        self.assertAllClose(grad(tf.constant([1.0, 1.0])),
+                            table[[1, 3]].sum(axis=1))
 
     @parameterized.parameters(*FORMATS)
     def test_tables_get_no_gradient(self, fmt):
@@ -103,12 +73,9 @@ class GradientTest(tf.test.TestCase, parameterized.TestCase):
             rows = tfce.compressed_embedding_lookup(ct, [1, 2])
             loss = tf.reduce_sum(pooled) + tf.reduce_sum(rows)
 
-        def check():
-            self.assertIsNone(tape.gradient(loss, ct.data))
-            self.assertIsNone(tape.gradient(loss, ct.scales))
-            self.assertIsNotNone(tape.gradient(loss, w))
-
-        known_rowwise_gradient_bug(self, fmt, check)
+        self.assertIsNone(tape.gradient(loss, ct.data))
+        self.assertIsNone(tape.gradient(loss, ct.scales))
+        self.assertIsNotNone(tape.gradient(loss, w))
         self.assertEqual(ct.trainable_variables, ())
 
     @parameterized.parameters(*FORMATS)
