@@ -286,12 +286,11 @@ def test_max_decode_error_holds(fmt):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "known bug: quantization.max_decode_error has no term for float16 "
-    "subnormals: values under float16's smallest normal (6.1e-5) round with "
-    "an absolute error of up to 2**-25 (fp16's values; int4's bias, and 15 "
-    "times that for its scale), beyond the relative bound. The fix adds "
-    "2**-25 (fp16) and 16 * 2**-25 (int4) to the bound; then drop this "
-    "marker."))
+    "max_decode_error has no term for float16 subnormals: rows whose values "
+    "are under float16's smallest normal (6.1e-5) decode with an absolute "
+    "error of up to 2**-25 per rounding (fp16; int4's scale and bias), "
+    "beyond the relative bound. A known bug: see the report of the int4 "
+    "format's tests."))
 @pytest.mark.parametrize("fmt", ["fp16", "int4"])
 def test_max_decode_error_holds_for_tiny_rows(fmt):
     rng = np.random.default_rng(58)
