@@ -103,13 +103,18 @@ MAX_OUTPUT_BYTES = 1 << 20  # largest output (plus offsets) a valid call gets
 # is at most 2**47 or 2**56 bytes), even with memory overcommit on.
 UNALLOCATABLE_BYTES = 1 << 60
 # Output dims whose float32 bytes are >= 2**60 (or whose element count
-# overflows int64 with a second such dim or > 1 id); numpy can still hold an
-# empty int8 table [0, d] of each, and a float16 one if d < 2**62.
+# overflows int64 with a second such dim or > 1 id): num_segments that
+# cannot be allocated. numpy can still hold an empty int8 table [0, d] of
+# each, and a float16 one if d < 2**62: dims the ops refuse (MAX_DIM).
 HUGE_DIMS = (1 << 58, (1 << 62) - 1, (1 << 63) - 1)
-# Those whose rowwise record bytes (4 + D, 4 + ceil(D / 2)) fit int64. (A
-# dim attr near 2**63 overflows the ops' record size computation: a known
-# bug, pinned by test_lookup_op.py::test_huge_rowwise_dim.)
-HUGE_ROWWISE_DIMS = (1 << 58, (1 << 62) - 1)
+# The largest dim a table may have (kMaxDim, kernels/core/kernel_api.h):
+# the ops refuse larger ones, a rowwise dim attr naming dim, a plain
+# table's second dimension naming the table. (MAX_DIM itself is valid but
+# not drawn: a valid output [k, 2**40] would really be allocated.)
+MAX_DIM = 1 << 40
+# Rowwise dim attrs beyond it whose record bytes (4 + D, 4 + ceil(D / 2))
+# fit numpy's (and int64's) sizes, and the first one refused.
+HUGE_ROWWISE_DIMS = (MAX_DIM + 1, 1 << 58, (1 << 62) - 1)
 
 COMBINERS = ("sum", "mean", "sqrtn")
 SPECIAL_FLOATS = np.array(
@@ -300,7 +305,8 @@ def draw_rowwise_attrs(fdp, dtype, dim):
             attrs = {}  # left out: 'plain'
     elif kind == 30 and rowwise:  # another dim (int4: dim +- 1 may fit)
         attrs["dim"] = fdp.PickValueInList(
-            [-1, -3, 0, dim + 1, max(dim - 1, 0), 2 * dim + 7, 1 << 62])
+            [-1, -3, 0, dim + 1, max(dim - 1, 0), 2 * dim + 7, MAX_DIM + 1,
+             1 << 62, (1 << 63) - 1])
         if attrs["dim"] == -1 and fdp.ConsumeBool():
             del attrs["dim"]  # left out: -1
     elif kind == 30:  # a dim for a 'plain' table
@@ -326,8 +332,9 @@ def draw_table(fdp):
         shape = fdp.PickValueInList([(), (rows,), (rows, width, 2)])
     elif shape_kind == 30 and fmt is None:
         shape = (0, fdp.PickValueInList(
-            [d for d in HUGE_DIMS if d * np.dtype(dtype).itemsize < 1 << 63]))
-    elif shape_kind == 30:  # an empty table of huge records
+            [d for d in (MAX_DIM + 1,) + HUGE_DIMS
+             if d * np.dtype(dtype).itemsize < 1 << 63]))
+    elif shape_kind == 30:  # an empty table of huge records (refused dims)
         huge = fdp.PickValueInList(list(HUGE_ROWWISE_DIMS))
         attrs["dim"] = huge
         shape = (0, quantization.record_bytes(fmt, huge))
@@ -501,8 +508,8 @@ def table_format(table, attrs):
     """(fmt, dim, invalid): the storage format (quantization.FORMATS) and D
     that the table's dtype and attrs name, or the attrs that do not fit
     (ParseTableFormat, kernels/tf/table_format.cc): 'plain' takes int8 and
-    half tables and dim -1; a rowwise row_format a uint8 table and a dim
-    >= 0. The errors name row_format or dim."""
+    half tables and dim -1; a rowwise row_format a uint8 table and a dim in
+    [0, MAX_DIM]. The errors name row_format or dim."""
     row_format = attrs.get("row_format", "plain")
     dim = attrs.get("dim", -1)
     if row_format == "plain":
@@ -510,14 +517,17 @@ def table_format(table, attrs):
             return None, None, ("row_format", "dim")
         fmt = "int8_split" if table.dtype == np.int8 else "fp16"
         return fmt, (table.shape[1] if table.ndim == 2 else None), ()
-    if table.dtype != np.uint8 or dim < 0:
+    if table.dtype != np.uint8 or not 0 <= dim <= MAX_DIM:
         return None, None, ("row_format", "dim")
     return ROW_FORMATS[row_format], dim, ()
 
 
 def table_problems(table, scales, fmt, dim):
-    """The first of table, scales that does not fit format fmt of dim D."""
+    """The first of table, scales that does not fit format fmt of dim D (in
+    MakeTableView's order: rank, a plain table's dim, record width, scales)."""
     if table.ndim != 2:
+        return ("table",)
+    if fmt not in quantization.ROWWISE_FORMATS and table.shape[1] > MAX_DIM:
         return ("table",)
     if (fmt in quantization.ROWWISE_FORMATS
             and table.shape[1] != quantization.record_bytes(fmt, dim)):
