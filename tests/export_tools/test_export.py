@@ -26,7 +26,13 @@ from tf_compressed_embedding import quantization
 from repo_paths import SUPPORT
 
 EXPORTABLE = [k for k, b in export_models.BUILDERS.items() if not k.startswith("refuse_")]
-VARIANTS = [(d, o) for d in quantization.FORMATS for o in ("fused", "stock")]
+# TFCE_TEST_EXPORT_FORMATS (comma-separated) limits the formats exported
+# here: tools/test_oldest_tf.sh runs the rowwise ones on the oldest
+# TensorFlow, where the whole matrix would double CI's time; the main suite
+# runs every format.
+FORMATS = tuple(quantization.check_format(f) for f in os.environ.get(
+    "TFCE_TEST_EXPORT_FORMATS", ",".join(quantization.FORMATS)).split(","))
+VARIANTS = [(d, o) for d in FORMATS for o in ("fused", "stock")]
 FUSED_OPS = {"CompressedEmbeddingLookup", "FusedDecodeAxpy"}
 
 
@@ -111,15 +117,15 @@ def _export_all(kind, workdir):
                                                    isolate=False)
     assert tree_digest(built.path) == digest, "the source was modified"
     references = {}
-    for dtype in quantization.FORMATS:
+    for dtype in FORMATS:
         keys = [t.checkpoint_key for t in reports[dtype, "fused"].tables]
         references[dtype] = os.path.join(workdir, f"dequantized_{dtype}")
         dequantized_copy(built.path, references[dtype], keys, dtype)
     plain = run_models(workdir, "plain", [built.path] + list(references.values()),
                        built.examples, load_ops=False)
-    stock = run_models(workdir, "stock", [paths[d, "stock"] for d in quantization.FORMATS],
+    stock = run_models(workdir, "stock", [paths[d, "stock"] for d in FORMATS],
                        built.examples, load_ops=False)
-    fused = run_models(workdir, "fused", [paths[d, "fused"] for d in quantization.FORMATS],
+    fused = run_models(workdir, "fused", [paths[d, "fused"] for d in FORMATS],
                        built.examples, load_ops=True)
     outputs = {v: {**stock, **fused}[paths[v]] for v in VARIANTS}
     reference = {d: plain[references[d]] for d in references}
@@ -264,7 +270,7 @@ FUSED_POOLING = {"module_lookups": 10, "keras_export": 2, "keras_saved_model_sav
                  "tf1_feature_columns_partitioned": 6}
 
 
-@pytest.mark.parametrize("dtype", quantization.FORMATS)
+@pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.parametrize("kind", sorted(FUSED_POOLING))
 def test_pooled_lookups_become_fused_decode_axpy(exported, kind, dtype):
     """Every pooled form is one FusedDecodeAxpy; no stock segment reduction
