@@ -2,9 +2,10 @@
 
 Builds a DLRM-style ranking model (8 multi-valued sparse features, tables of
 10k-500k rows, an MLP) as an FP32 SavedModel, exports it with `tfce-export`'s
-library INT8 and FP16 with the fused ops, and INT8 with stock TF ops only;
-every export is verified in fresh processes. Then serves one request stream
-(batches of 256 candidates) through all four SavedModels in this process and
+library INT8, INT4 and FP16 with the fused ops, and INT8 with stock TF ops
+only; every export is verified in fresh processes. Then serves one request
+stream (batches of 256 candidates) through all five SavedModels in this
+process and
 prints sizes, errors against FP32 and latencies (medians, measured side by
 side in one run).
 
@@ -32,7 +33,7 @@ from export_tools import compress_saved_model  # noqa: E402
 from export_tools.cli import RichProgress, print_summary  # noqa: E402
 from export_tools.report import directory_bytes  # noqa: E402
 
-VARIANTS = [("int8", "fused"), ("fp16", "fused"), ("int8", "stock")]
+VARIANTS = [("int8", "fused"), ("int4", "fused"), ("fp16", "fused"), ("int8", "stock")]
 
 
 def median_ms(fn, feeds, repeats):
