@@ -4,8 +4,8 @@
 // use here). Tail loads read exactly the row's remaining bytes, with 8- and
 // 4-byte loads and a staged rest: a masked 16-byte load whose masked-off
 // bytes fall in the next cache line waits for that line (never prefetched:
-// it is not the row's) on AMD Zen, which made int8 rows of dim 12 3x slower
-// on tables beyond the cache (benchmarks/record_layout.py). Tail stores
+// it is not the row's) on AMD Zen, a full miss for rows beyond the cache
+// (benchmarks/record_layout.py measures it). Tail stores
 // are one masked store: the output is written sequentially.
 #include <immintrin.h>
 
