@@ -54,6 +54,20 @@ struct Avx2 {
     __builtin_memcpy(&four, p, 4);
     return NibblesToFloat(four);
   }
+  // Sixteen 4-bit values from 8 bytes, widened once: the even elements are
+  // the low nibbles, the odd ones the high nibbles.
+  static void LoadNibbleHalves(const uint8_t* p, Vec* even, Vec* odd) {
+    const __m256i b = _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    *even = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(0x0F)));
+    *odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+  }
+  static void Interleave(Vec even, Vec odd, Vec* first, Vec* second) {
+    const __m256 low = _mm256_unpacklo_ps(even, odd);   // 0-3 | 8-11
+    const __m256 high = _mm256_unpackhi_ps(even, odd);  // 4-7 | 12-15
+    *first = _mm256_permute2f128_ps(low, high, 0x20);
+    *second = _mm256_permute2f128_ps(low, high, 0x31);
+  }
   static void HalfPair(const void* p, float* first, float* second) {
     uint32_t bits;
     __builtin_memcpy(&bits, p, 4);

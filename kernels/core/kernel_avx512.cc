@@ -54,6 +54,22 @@ struct Avx512 {
   static Vec LoadNibbles(const uint8_t* p) {
     return NibblesToFloat(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
   }
+  // Thirty-two 4-bit values from 16 bytes, widened once: the even elements
+  // are the low nibbles, the odd ones the high nibbles.
+  static void LoadNibbleHalves(const uint8_t* p, Vec* even, Vec* odd) {
+    const __m512i b = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    *even = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(0x0F)));
+    *odd = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
+  }
+  static void Interleave(Vec even, Vec odd, Vec* first, Vec* second) {
+    const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5,
+                                          21, 6, 22, 7, 23);
+    const __m512i high = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28,
+                                           13, 29, 14, 30, 15, 31);
+    *first = _mm512_permutex2var_ps(even, low, odd);
+    *second = _mm512_permutex2var_ps(even, high, odd);
+  }
   static void HalfPair(const void* p, float* first, float* second) {
     uint32_t bits;
     __builtin_memcpy(&bits, p, 4);

@@ -80,6 +80,20 @@ struct Sse {
     __builtin_memcpy(&two, p, 2);
     return NibblesToFloat(two);
   }
+  // Eight 4-bit values from 4 bytes, widened once: the even elements are
+  // the low nibbles, the odd ones the high nibbles.
+  static void LoadNibbleHalves(const uint8_t* p, Vec* even, Vec* odd) {
+    uint32_t four;
+    __builtin_memcpy(&four, p, 4);
+    const __m128i b =
+        _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(four)));
+    *even = _mm_cvtepi32_ps(_mm_and_si128(b, _mm_set1_epi32(0x0F)));
+    *odd = _mm_cvtepi32_ps(_mm_srli_epi32(b, 4));
+  }
+  static void Interleave(Vec even, Vec odd, Vec* first, Vec* second) {
+    *first = _mm_unpacklo_ps(even, odd);
+    *second = _mm_unpackhi_ps(even, odd);
+  }
   static void HalfPair(const void* p, float* first, float* second) {
     uint32_t bits;
     __builtin_memcpy(&bits, p, 4);

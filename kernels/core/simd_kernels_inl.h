@@ -12,6 +12,14 @@
 //   Vec LoadInt8(const int8_t*), LoadHalf(const uint16_t*)   kLanes elements
 //   Vec LoadNibbles(const uint8_t*)    kLanes unsigned 4-bit values from
 //                                      kLanes / 2 bytes, low nibble first
+//   void LoadNibbleHalves(const uint8_t* p, Vec* even, Vec* odd)
+//                                      the 2 * kLanes values of kLanes bytes,
+//                                      de-interleaved: even[j] = the low
+//                                      nibble of byte j (element 2j), odd[j]
+//                                      its high nibble (element 2j + 1)
+//   void Interleave(Vec even, Vec odd, Vec* first, Vec* second)
+//                                      back to element order: first = even[0],
+//                                      odd[0], even[1], ..., second the rest
 //   void Store(float*, Vec)
 //   Vec LoadInt8Tail(p, n), LoadHalfTail(p, n), LoadNibblesTail(p, n),
 //   StoreTail(p, v, n)
@@ -33,6 +41,10 @@
 //    kMaxBlockVecs vectors plus one remainder block, all from one template;
 //  - two independent accumulator sets over alternate ids when a block is
 //    short, so consecutive FMAs do not wait on each other;
+//  - int4 rows widened a vector pair at a time with their even and odd
+//    elements in separate accumulators (a mask and a shift split the
+//    nibbles, no byte shuffle per row); the pair is put back in element
+//    order once per bag, when the block is stored;
 //  - software prefetch of the rows `prefetch_rows` ids ahead.
 #ifndef TFCE_KERNELS_CORE_SIMD_KERNELS_INL_H_
 #define TFCE_KERNELS_CORE_SIMD_KERNELS_INL_H_
@@ -65,6 +77,7 @@ struct Int8SplitRows {
   using Elem = int8_t;
   using Vec = typename Isa::Vec;
   static constexpr bool kHasBias = false;
+  static constexpr bool kPairedLoads = false;
   static constexpr Storage kStorage = Storage::kInt8Split;
   static const Elem* Values(const TableView& t, int64_t id) {
     return static_cast<const Elem*>(t.data) + id * t.dim;
@@ -90,6 +103,7 @@ struct HalfRows {
   using Elem = uint16_t;
   using Vec = typename Isa::Vec;
   static constexpr bool kHasBias = false;
+  static constexpr bool kPairedLoads = false;
   static constexpr Storage kStorage = Storage::kFp16;
   static const Elem* Values(const TableView& t, int64_t id) {
     return static_cast<const Elem*>(t.data) + id * t.dim;
@@ -117,6 +131,7 @@ struct Int8RowwiseRows {
   using Elem = int8_t;
   using Vec = typename Isa::Vec;
   static constexpr bool kHasBias = false;
+  static constexpr bool kPairedLoads = false;
   static constexpr Storage kStorage = Storage::kInt8Rowwise;
   static const Elem* Values(const TableView& t, int64_t id) {
     return reinterpret_cast<const Elem*>(Record<kStorage>(t, id) +
@@ -142,6 +157,8 @@ struct Int4RowwiseRows {
   using Elem = uint8_t;
   using Vec = typename Isa::Vec;
   static constexpr bool kHasBias = true;
+  // Pooling loads two vectors at once, de-interleaved (LoadPair).
+  static constexpr bool kPairedLoads = true;
   static constexpr Storage kStorage = Storage::kInt4Rowwise;
   static const Elem* Values(const TableView& t, int64_t id) {
     return Record<kStorage>(t, id) + kRecordHeaderBytes;
@@ -157,6 +174,10 @@ struct Int4RowwiseRows {
   }
   static Vec LoadTail(const Elem* p, int64_t first, int n) {
     return Isa::LoadNibblesTail(p + first / 2, n);
+  }
+  // The 2 * kLanes values from element `first` on: even and odd elements.
+  static void LoadPair(const Elem* p, int64_t first, Vec* even, Vec* odd) {
+    Isa::LoadNibbleHalves(p + first / 2, even, odd);
   }
 };
 
@@ -251,9 +272,25 @@ TFCE_ALWAYS_INLINE void AccumulateRowBlock(typename Isa::Vec* acc,
                                            int64_t d0, typename Isa::Vec factor,
                                            int tail) {
   constexpr int W = Isa::kLanes;
+  if constexpr (Rows::kPairedLoads) {
+    // acc[2p] and acc[2p + 1] hold the even and odd elements of vector
+    // pair p (PoolBlock interleaves them); an odd last vector is in order.
+#pragma GCC unroll 8
+    for (int k = 0; k + 1 < kVecs; k += 2) {
+      typename Isa::Vec even, odd;
+      Rows::LoadPair(row, d0 + k * W, &even, &odd);
+      acc[k] = Isa::MulAdd(even, factor, acc[k]);
+      acc[k + 1] = Isa::MulAdd(odd, factor, acc[k + 1]);
+    }
+    if (kVecs % 2 != 0) {
+      acc[kVecs - 1] = Isa::MulAdd(Rows::Load(row, d0 + (kVecs - 1) * W),
+                                   factor, acc[kVecs - 1]);
+    }
+  } else {
 #pragma GCC unroll 16
-  for (int k = 0; k < kVecs; ++k) {
-    acc[k] = Isa::MulAdd(Rows::Load(row, d0 + k * W), factor, acc[k]);
+    for (int k = 0; k < kVecs; ++k) {
+      acc[k] = Isa::MulAdd(Rows::Load(row, d0 + k * W), factor, acc[k]);
+    }
   }
   if (kTail != 0) {
     acc[kVecs] = Isa::MulAdd(Rows::LoadTail(row, d0 + kVecs * W, tail), factor,
@@ -325,9 +362,21 @@ TFCE_ALWAYS_INLINE bool PoolBlock(const PoolArgs& a, const Index* ids,
   }
   const Vec denom = Isa::Set1(bag.denom);
   const Vec bias_sum = Isa::Set1(bias_sum0 + bias_sum1);
+  Vec sum[kSize];
 #pragma GCC unroll 16
   for (int k = 0; k < kAcc; ++k) {
-    Vec v = kTwoSets ? Isa::Add(acc0[k], acc1[k]) : acc0[k];
+    sum[k] = kTwoSets ? Isa::Add(acc0[k], acc1[k]) : acc0[k];
+  }
+  if constexpr (Rows::kPairedLoads) {
+#pragma GCC unroll 8
+    for (int k = 0; k + 1 < kVecs; k += 2) {
+      const Vec even = sum[k], odd = sum[k + 1];
+      Isa::Interleave(even, odd, &sum[k], &sum[k + 1]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < kAcc; ++k) {
+    Vec v = sum[k];
     if (Rows::kHasBias) v = Isa::Add(v, bias_sum);
     if (bag.zero) {
       v = Isa::Zero();
