@@ -58,7 +58,7 @@ def table_lines(results, rows, dims, lens, repeats):
         f"512 bags x L uniform ids, ns per looked-up row, median of {repeats} "
         "repeats, timed round-robin in one process; tables of 4 MiB or more "
         "on 2 MiB pages, as the ops do. Each cell: prefetch off / 16 rows "
-        "ahead / `PrefetchDistance` rows ahead (about 64 cache lines in "
+        "ahead / `PrefetchDistance` rows ahead (about 160 cache lines in "
         "flight; omitted where it is 16), **bold**: the one the ops choose "
         "(`PoolPrefetchRows`). The policy turns prefetch off for bags of 8 "
         "ids or more of a table of at most 8x one core's L2 with rows under "

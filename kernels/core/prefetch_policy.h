@@ -21,13 +21,17 @@ int64_t PrefetchRows();
 // Rows ahead for the pooling kernels on a table beyond the cache: enough
 // that about kPrefetchLines cache lines are in flight. A random row of B
 // bytes touches B / 64 + 1 lines on average (it may straddle one more), an
-// int8 row one more for its scale: 29 rows for int8 dim 12, 46 for fp16 dim
-// 12, 16 for int8 dim 128, within [kMinPrefetchRows, kMaxPrefetchRows].
-// Short rows need more rows in flight to keep the core's miss buffers busy;
-// long rows' own lines already fill them.
-constexpr double kPrefetchLines = 64;
+// int8_split row one more for its scale: 128 rows for int8 dim 12, 116 for
+// fp16 dim 12, 52 for int8 dim 128, within [kMinPrefetchRows,
+// kMaxPrefetchRows]. Short rows need more rows in flight to keep the core's
+// miss buffers busy; long rows' own lines already fill them. The lines in
+// flight are those at which touching a table's random rows
+// (benchmarks/gather_limit.py) and the kernel itself
+// (benchmarks/prefetch_policy.py, benchmarks/ladder.py's sweep) stop getting
+// faster.
+constexpr double kPrefetchLines = 160;
 constexpr int64_t kMinPrefetchRows = 8;
-constexpr int64_t kMaxPrefetchRows = 48;
+constexpr int64_t kMaxPrefetchRows = 128;
 int64_t PrefetchDistance(const TableView& table);
 // The same rule for any row of `row_bytes`, with or without a separate scale
 // line (the ladder's FP32 baseline uses it too).

@@ -118,8 +118,8 @@ absl::Status MakeTableView(const Tensor& table, const Tensor& scales,
     view->scales = scales.flat<float>().data();
   } else {
     if (scales.dim_size(0) != 0) {
-      return InvalidArgument("scales must be empty (shape [0]) for a ",
-                             FormatName(storage), " table, but got shape ",
+      return InvalidArgument("scales must be empty (shape [0]) for ",
+                             FormatName(storage), " tables, but got shape ",
                              scales.shape().DebugString());
     }
     view->scales = nullptr;

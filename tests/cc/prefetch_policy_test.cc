@@ -92,7 +92,7 @@ TEST_F(PrefetchPolicyTest, LookupUsesTheFixedDistance) {
   EXPECT_EQ(PrefetchRows(), kDefaultPrefetchRows);
 }
 
-// About kPrefetchLines lines in flight: 64 / (bytes / 64 + 1 [+ 1 for a
+// About kPrefetchLines lines in flight: 160 / (bytes / 64 + 1 [+ 1 for a
 // split int8 row's scale]) rows, within [kMinPrefetchRows,
 // kMaxPrefetchRows]; a record's inline scale costs no line of its own.
 TEST_F(PrefetchPolicyTest, DistanceKeepsAboutKPrefetchLinesInFlight) {
@@ -101,18 +101,18 @@ TEST_F(PrefetchPolicyTest, DistanceKeepsAboutKPrefetchLinesInFlight) {
     int64_t dim, rows;
   };
   for (const Case& c :
-       {Case{Storage::kInt8Split, 12, 29}, Case{Storage::kInt8Split, 128, 16},
-        Case{Storage::kFp16, 12, 46}, Case{Storage::kFp16, 128, 12},
+       {Case{Storage::kInt8Split, 12, 73}, Case{Storage::kInt8Split, 128, 40},
+        Case{Storage::kFp16, 12, 116}, Case{Storage::kFp16, 128, 32},
         Case{Storage::kFp16, 1, kMaxPrefetchRows},
         Case{Storage::kFp16, 4096, kMinPrefetchRows},
         // 132 and 204 bytes.
-        Case{Storage::kInt8Rowwise, 128, 20},
-        Case{Storage::kInt8Rowwise, 200, 15},
+        Case{Storage::kInt8Rowwise, 128, 52},
+        Case{Storage::kInt8Rowwise, 200, 38},
         Case{Storage::kInt8Rowwise, 12, kMaxPrefetchRows},
-        // 68 bytes; 504 bytes.
-        Case{Storage::kInt4Rowwise, 128, 31},
+        // 68 bytes; 2004 bytes.
+        Case{Storage::kInt4Rowwise, 128, 77},
         Case{Storage::kInt4Rowwise, 12, kMaxPrefetchRows},
-        Case{Storage::kInt4Rowwise, 1000, kMinPrefetchRows}}) {
+        Case{Storage::kInt4Rowwise, 4000, kMinPrefetchRows}}) {
     EXPECT_EQ(Distance(c.storage, 1000, c.dim), c.rows)
         << StorageName(c.storage) << " dim " << c.dim;
   }
