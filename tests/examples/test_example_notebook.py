@@ -1,8 +1,9 @@
 """Runs examples/train_compress_export.ipynb top to bottom (small size) and
 checks what it measured: the model learned the signal, compression to INT4,
 INT8 and FP16 costs next to no AUC (INT4 the most), the tables shrank to
-their formats' sizes, and the exported INT8 model serves what the
-in-notebook model computes."""
+their formats' sizes, the export tool's `auto` mixed formats within its
+budget, and the exported INT8 model serves what the in-notebook model
+computes."""
 import json
 import os
 import pathlib
@@ -69,6 +70,19 @@ def test_tables_shrink_to_their_formats(results):
     assert sizes["int4"] / sizes["fp32"] == pytest.approx(12 / 64, rel=1e-6)
     assert sizes["int8"] / sizes["fp32"] == pytest.approx(20 / 64, rel=1e-6)
     assert sizes["fp16"] / sizes["fp32"] == pytest.approx(0.5, rel=1e-6)
+
+
+def test_auto_mixes_formats_within_its_budget(results):
+    # The export tool's --dtype auto on the trained FP32 SavedModel: some
+    # table in INT4, the budget met on the verification requests, smaller
+    # than every table in INT8, and the AUC kept.
+    auto = results["auto"]
+    assert "int4" in auto["formats"].values(), auto
+    assert 0 < auto["measured_error"] <= auto["max_error"], auto
+    assert results["table_bytes"]["auto"] < results["table_bytes"]["int8"], results
+    assert 0 < auto["max_prediction_delta"], auto
+    assert abs(auto["auc_delta"]) < 2e-3, auto
+    assert abs(auto["log_loss_delta"]) < 2e-3, auto
 
 
 def test_export_serves_what_the_model_computes(results):
