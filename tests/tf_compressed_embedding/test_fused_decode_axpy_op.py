@@ -358,7 +358,7 @@ class PoolBadInputTest(tf.test.TestCase, parameterized.TestCase):
         self.assert_invalid(r"expected shape \[10\] for an int8 table",
                             self.ids(0), self.ids(0), np.zeros([0], np.float32),
                             np.int64(1), scales=np.ones((9,), np.float32))
-        self.assert_invalid(r"scales must be empty \(shape \[0\]\) for a float16",
+        self.assert_invalid(r"scales must be empty \(shape \[0\]\) for float16",
                             self.ids(0), self.ids(0), np.zeros([0], np.float32),
                             np.int64(1), table=np.ones((10, 4), np.float16))
         self.assert_invalid(r"ids\[0\] = 0 \(in segment 0\) is not in \[0, 0\)",
@@ -510,8 +510,8 @@ class PoolTableFormatBadInputTest(tf.test.TestCase, parameterized.TestCase):
         data, _ = self.table(fmt)
         for rows in (10, 1):
             self.assert_invalid_at_run_time(
-                rf"scales must be empty \(shape \[0\]\) for a {row_format} "
-                rf"table, but got shape \[{rows}\]", data,
+                rf"scales must be empty \(shape \[0\]\) for {row_format} "
+                rf"tables, but got shape \[{rows}\]", data,
                 np.ones([rows], np.float32), **reference.op_attrs(fmt, 13))
 
     def test_unknown_row_format(self):  # L23

@@ -290,7 +290,7 @@ class LookupBadInputTest(tf.test.TestCase, parameterized.TestCase):
                             np.ones(shape, np.float32), np.array([0], np.int64))
 
     def test_fp16_scales_not_empty(self):  # L8
-        self.assert_invalid(r"scales must be empty \(shape \[0\]\) for a float16 table",
+        self.assert_invalid(r"scales must be empty \(shape \[0\]\) for float16 tables",
                             np.ones((10, 4), np.float16),
                             np.ones((10,), np.float32), np.array([0], np.int64))
 
@@ -434,7 +434,7 @@ class TableFormatBadInputTest(tf.test.TestCase, parameterized.TestCase):
         data, _ = rowwise_table(fmt)
         row_format = quantization.op_row_format(fmt)
         self.assert_invalid_at_run_time(
-            rf"scales must be empty \(shape \[0\]\) for a {row_format} table, "
+            rf"scales must be empty \(shape \[0\]\) for {row_format} tables, "
             rf"but got shape \[{scales_shape[0]}\]", data,
             np.ones(scales_shape, np.float32), **reference.op_attrs(fmt, 13))
         # Not a vector: the shape function refuses a known rank.
