@@ -10,8 +10,10 @@ FP32 against its INT8/INT4/FP16 exports, stock and fused.
    as the other fast FP32 graph stock TF expresses (gather + segment_mean, no
    Unique); the faster of the two is the "fastest FP32" baseline.
 2. Exports the first with tfce-export: int8, int4 and fp16, `--ops stock`
-   (the naive decode) and `--ops fused`, each verified, and int8_split fused
-   (the 0.1.0 int8 layout, scales in a separate array).
+   (the naive decode) and `--ops fused`, each verified, int8_split fused
+   (the 0.1.0 int8 layout, scales in a separate array), and `--dtype auto`
+   fused (a format per table) with `--max-error` twice what the int8 export
+   measured (`--auto-max-error` sets it).
 3. Writes a request log of 256-candidate requests (PredictionLog TFRecord)
    and serves every variant in the C++ harness (serving/harness: TF's
    LoadSavedModel + Session::Run, TF Serving's loader), in rounds, variants
@@ -51,6 +53,9 @@ VARIANTS = {
     # int8 with its scales in a separate array (the 0.1.0 layout): the
     # before of the rowwise int8 above.
     "INT8-split fused": ("fp32", "int8_split", "fused"),
+    # A format per table (after INT8 fused, whose measured error sets its
+    # default budget).
+    "AUTO fused": ("fp32", "auto", "fused"),
 }
 
 
@@ -72,20 +77,47 @@ def build_models(workdir, features_args):
         subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def export_models(workdir):
-    from export_tools import compress_saved_model
+def verified_error(report):
+    """The largest float difference an export's verification measured."""
+    return max(err for outputs in report["verification"].values()
+               for err in outputs.values())
+
+
+def export_models(workdir, auto_max_error=None):
+    """Exports every variant not exported yet; returns {name: report}. An
+    auto export that fails drops its variant (and says why): the others are
+    still measured."""
+    from export_tools import ExportError, compress_saved_model
     reports = {}
-    for name, (_, dtype, ops) in VARIANTS.items():
+    for name, (_, dtype, ops) in list(VARIANTS.items()):
         if dtype is None:
             continue
         path = os.path.join(workdir, f"{dtype}_{ops}")
         report_path = path + ".report.json"
         if not os.path.exists(report_path):
-            log(f"exporting {name}")
-            compress_saved_model(os.path.join(workdir, "fp32"), path, dtype=dtype, ops=ops,
-                                 overwrite=True, report=report_path)
+            extra = {}
+            if dtype == "auto":
+                extra["max_error"] = auto_max_error or 2 * verified_error(reports["INT8 fused"])
+            log(f"exporting {name} {extra}")
+            try:
+                compress_saved_model(os.path.join(workdir, "fp32"), path, dtype=dtype,
+                                     ops=ops, overwrite=True, report=report_path, **extra)
+            except ExportError as e:
+                if dtype != "auto":
+                    raise
+                log(f"{name} not measured: the export failed: {e}")
+                del VARIANTS[name]
+                continue
         reports[name] = json.load(open(report_path))
     return reports
+
+
+def auto_choices(report):
+    """'N int4, N int8, ...' of an auto export's report."""
+    counts = {}
+    for table in report["auto"]["tables"]:
+        counts[table["format"]] = counts.get(table["format"], 0) + 1
+    return ", ".join(f"{n} {fmt}" for fmt, n in sorted(counts.items()))
 
 
 def write_requests(path, features, batch, count):
@@ -157,7 +189,7 @@ def summarize(runs, workdir, features, reports):
     return rows
 
 
-def markdown(rows, args, features):
+def markdown(rows, args, features, reports):
     columns = ["variant", "p50 ms 1t", "p99 ms 1t", "p50 vs FP32", "p50 vs fastest FP32",
                "req/s 1t", "req/s 2t", "table MiB (format)", "tables vs FP32",
                "model RSS MiB", "RSS / format", "RSS vs FP32", "disk MiB", "load s"]
@@ -173,8 +205,14 @@ def markdown(rows, args, features):
              f"`table MiB` and `tables vs FP32` are those bytes. `fastest FP32`: the "
              f"faster of the two FP32 graphs, as exported (Unique + gather + "
              f"SparseSegmentMean) or rewritten as a gather of every id + segment_mean "
-             f"(no Unique).", "",
-             *md.header(columns)]
+             f"(no Unique).", ""]
+    if "AUTO fused" in reports:
+        auto = reports["AUTO fused"]["auto"]
+        lines += [f"AUTO: `--dtype auto --max-error {auto['max_error']:.3g}` (twice the int8 "
+                  f"export's measured error, unless `--auto-max-error` is given) chose "
+                  f"{auto_choices(reports['AUTO fused'])} tables; its verification measured "
+                  f"{auto['measured_error']:.3g}.", ""]
+    lines += md.header(columns)
     for row in rows:
         cells = []
         for c in columns:
@@ -228,6 +266,9 @@ def main(argv=None):
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--auto-max-error", type=float,
+                        help="the AUTO variant's --max-error (default: twice the largest "
+                             "output difference the INT8 fused export's verification measured)")
     parser.add_argument("--no-results", action="store_true",
                         help="do not touch benchmarks/RESULTS.md and results/")
     parser.add_argument("--report-only", action="store_true",
@@ -238,14 +279,14 @@ def main(argv=None):
     features_args = (args.total_gib, args.features)
     features = recommender_model.dlrm_features(*features_args)
     if args.report_only:
-        reports = export_models(args.workdir)  # reads the kept reports
+        reports = export_models(args.workdir, args.auto_max_error)  # reads the kept reports
         runs = json.load(open(os.path.join(RESULTS, "serving_raw.json")))
     else:
         build_models(args.workdir, features_args)
-        reports = export_models(args.workdir)
+        reports = export_models(args.workdir, args.auto_max_error)
         runs = serve_all(args, features)
     rows = summarize(runs, args.workdir, features, reports)
-    section = markdown(rows, args, features)
+    section = markdown(rows, args, features, reports)
     print(f"## {TITLE}\n\n{section}")
     if not args.no_results:
         os.makedirs(RESULTS, exist_ok=True)
