@@ -23,9 +23,9 @@ fi
 "$PYTHON" -m pip install -q "setuptools>=64" wheel rich pytest "ruff==0.17.6"
 # Test-only packages that follow TensorFlow's releases take its major.minor.
 TF_MAJOR_MINOR=$("$PYTHON" -c "import tensorflow as tf; print('.'.join(tf.__version__.split('.')[:2]))" 2>/dev/null)
-# Tests only: run the example notebook (nbclient + a Jupyter kernel) and fuzz
-# the ops (atheris).
-"$PYTHON" -m pip install -q nbclient nbformat ipykernel atheris
+# Tests only: run the example notebook (nbclient + a Jupyter kernel), fuzz
+# the ops (atheris), run test files in parallel (pytest-xdist).
+"$PYTHON" -m pip install -q nbclient nbformat ipykernel atheris pytest-xdist
 # Tests only: the recommender libraries whose models the export tool is
 # tested on (tests/export_tools/test_third_party_models.py). --no-deps: they
 # require `tensorflow`/`keras`, which would pull a second TF.

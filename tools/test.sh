@@ -11,6 +11,14 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 
 bash tools/setup.sh
 
+# Test files run in parallel, one worker per core (at most 4): pytest-xdist,
+# a whole file per worker (--dist loadfile), so a module's fixtures (models
+# built and exported once per file) are not built twice. TFCE_TEST_WORKERS
+# overrides the count.
+cores=$(nproc)
+WORKERS=${TFCE_TEST_WORKERS:-$((cores < 4 ? cores : 4))}
+PARALLEL=(-n "$WORKERS" --dist loadfile)
+
 echo "== lint (ruff, configured in pyproject.toml)"
 "$PYTHON" -m ruff check .
 
@@ -21,13 +29,13 @@ tools/bazelisk_offline.sh test //...
 
 echo "== op tests on the Bazel-built library"
 TFCE_OPS_LIBRARY="$PWD/bazel-bin/kernels/_ops.so" "$PYTHON" -m pytest -q \
-  -p no:cacheprovider tests/tf_compressed_embedding/test_lookup_op.py \
+  -p no:cacheprovider "${PARALLEL[@]}" tests/tf_compressed_embedding/test_lookup_op.py \
   tests/tf_compressed_embedding/test_fused_decode_axpy_op.py \
   tests/tf_compressed_embedding/test_sparse_api.py \
   tests/tf_compressed_embedding/test_savedmodel.py
 
 echo "== op tests on an ASan+UBSan build of the library, every kernel row"
-bash tools/sanitize.sh
+bash tools/sanitize.sh "${PARALLEL[@]}"
 
 echo "== a non-editable install: build the wheel, install it in a fresh venv"
 wheel_dir=$(mktemp -d)
@@ -52,8 +60,8 @@ PY
 echo "== the whole pytest suite (pip-built library)"
 # Its op-suite-per-kernel-row test is left out: tools/sanitize.sh above ran
 # those op files (and more) on every row the CPU has.
-"$PYTHON" -m pytest -q -p no:cacheprovider tests \
+"$PYTHON" -m pytest -q -p no:cacheprovider "${PARALLEL[@]}" tests \
   --deselect tests/kernels/test_isa.py::test_op_suite_on_every_row "$@"
 
 echo "== the oldest supported TensorFlow: build, op, layer and export tests"
-bash tools/test_oldest_tf.sh
+bash tools/test_oldest_tf.sh "${PARALLEL[@]}"

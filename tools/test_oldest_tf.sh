@@ -37,6 +37,9 @@ sys.exit(tf.__version__ != '$TF_VERSION' or keras.__version__ != '$KERAS_VERSION
   # Tests only: TF Serving's protos; --no-deps keeps the venv's TensorFlow.
   "$venv/bin/pip" install -q --no-deps "tensorflow-serving-api==$TF_MAJOR_MINOR.*"
 fi
+# Tests only: run test files in parallel (tools/test.sh passes -n N).
+"$venv/bin/python" -c "import xdist" 2>/dev/null ||
+  "$venv/bin/pip" install -q pytest-xdist
 
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT

@@ -62,13 +62,13 @@ def test_prefetch_policy_quick():
     cells = re.findall(r"^\| (int8|int4|fp16|int8_split) \| 50,000 \| (\d+) "
                        r"\| (\d+) \| [\d.]+ \| (.*) \|$", out, re.M)
     # Each format at dims 12 and 64, each timed with prefetch off, 16 ahead
-    # and PrefetchDistance ahead: 64 / (bytes / 64 + 1) rows, + 1 line for
-    # int8_split's scale, within [8, 48]; bytes 4 + D for int8, 4 + D / 2
+    # and PrefetchDistance ahead: 160 / (bytes / 64 + 1) rows, + 1 line for
+    # int8_split's scale, within [8, 128]; bytes 4 + D for int8, 4 + D / 2
     # for int4, 2 D for fp16, D for int8_split.
     assert sorted((s, d, a) for s, d, a, _ in cells) == [
-        ("fp16", "12", "46"), ("fp16", "64", "21"), ("int4", "12", "48"),
-        ("int4", "64", "40"), ("int8", "12", "48"), ("int8", "64", "31"),
-        ("int8_split", "12", "29"), ("int8_split", "64", "21")], out
+        ("fp16", "12", "116"), ("fp16", "64", "53"), ("int4", "12", "128"),
+        ("int4", "64", "102"), ("int8", "12", "128"), ("int8", "64", "77"),
+        ("int8_split", "12", "73"), ("int8_split", "64", "53")], out
     for storage, dim, _, cell in cells:
         times = cell.split(" / ")
         assert len(times) == 3 and all(float(t.strip("*")) > 0 for t in times), out

@@ -82,10 +82,10 @@ TEST_F(PrefetchPolicyTest, NoPrefetchOnlyForLongBagsOfShortRowsInCache) {
 
 // Rows of a cache line or more are prefetched at any table size.
 TEST_F(PrefetchPolicyTest, LongRowsAlwaysPrefetched) {
-  EXPECT_EQ(PoolPrefetch(Storage::kInt8Split, 10, 64, 100), 21);
-  EXPECT_EQ(PoolPrefetch(Storage::kFp16, 10, 32, 100), 32);
-  EXPECT_EQ(PoolPrefetch(Storage::kInt8Rowwise, 10, 60, 100), 32);
-  EXPECT_EQ(PoolPrefetch(Storage::kInt4Rowwise, 10, 120, 100), 32);
+  EXPECT_EQ(PoolPrefetch(Storage::kInt8Split, 10, 64, 100), 53);
+  EXPECT_EQ(PoolPrefetch(Storage::kFp16, 10, 32, 100), 80);
+  EXPECT_EQ(PoolPrefetch(Storage::kInt8Rowwise, 10, 60, 100), 80);
+  EXPECT_EQ(PoolPrefetch(Storage::kInt4Rowwise, 10, 120, 100), 80);
 }
 
 TEST_F(PrefetchPolicyTest, LookupUsesTheFixedDistance) {
