@@ -226,6 +226,7 @@ int main(int argc, char** argv) {
     args.weights = weights.data();
     args.bag_offsets = offsets.data();
     args.combiner = tfce::Combiner::kSum;
+    args.out_stride = dim;
     args.prefetch_rows = tfce::PoolPrefetchRows(args.table, per_bag);
     const double ns = Time(threads, repeats, per_bag, num_batches,
                            [&](int batch, int64_t b0, int64_t b1) {

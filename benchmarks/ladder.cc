@@ -293,6 +293,7 @@ void Shipped(const Workload& w, Storage s, const int64_t* ids, float* out,
   a.bag_begin = 0;
   a.bag_end = w.bags;
   a.out = out;
+  a.out_stride = w.dim;
   a.prefetch_rows = prefetch_rows;
   if (!avx2.pool(a)) std::abort();
 }

@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
     args.bag_begin = 0;
     args.bag_end = kBags;
     args.out = out.data();
+    args.out_stride = dim;
     std::vector<int64_t> distances = {0, tfce::kDefaultPrefetchRows};
     const int64_t lines_distance = tfce::PrefetchDistance(args.table);
     if (lines_distance != tfce::kDefaultPrefetchRows) {

@@ -369,6 +369,7 @@ int main(int argc, char** argv) {
     args.bag_begin = 0;
     args.bag_end = kBags;
     args.out = out.data();
+    args.out_stride = args.table.dim;
     args.prefetch_rows = tfce::PoolPrefetchRows(args.table, per_bag);
     systems.push_back({layouts[0].name, std::string("kernel_") + kernels.name,
                        &layouts[0], args.prefetch_rows,

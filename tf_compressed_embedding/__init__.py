@@ -27,6 +27,7 @@ from tf_compressed_embedding.version import __version__  # noqa: F401
 _LAZY = {
     "CompressedTable": "tf_compressed_embedding.compressed_table",
     "quantize": "tf_compressed_embedding.compressed_table",
+    "batched_embedding_lookup_sparse": "tf_compressed_embedding.ops",
     "compressed_embedding_lookup": "tf_compressed_embedding.ops",
     "embedding_lookup_sparse": "tf_compressed_embedding.ops",
     "fused_decode_axpy": "tf_compressed_embedding.ops",

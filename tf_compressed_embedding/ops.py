@@ -1,4 +1,5 @@
-"""Thin wrappers over the two ops, and tf.nn-style sparse lookups."""
+"""Thin wrappers over the ops, and tf.nn-style sparse lookups (one table,
+or many in one batched call)."""
 from __future__ import annotations
 
 import tensorflow as tf
@@ -286,3 +287,123 @@ def safe_embedding_lookup_sparse(table, sparse_ids, sparse_weights=None,
             [tf.cast(original_shape[:-1], tf.int64),
              tf.shape(pooled, out_type=tf.int64)[1:]], 0)
         return tf.reshape(pooled, out_shape)
+
+
+def _per_feature(value, count, name):
+    """``value`` repeated ``count`` times when it is a single value, else the
+    list itself, which must have ``count`` entries."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != count:
+            raise ValueError(f"{name} must have one entry per feature "
+                             f"({count}), got {len(value)}")
+        return list(value)
+    return [value] * count
+
+
+def batched_embedding_lookup_sparse(tables, sp_ids, sp_weights=None,
+                                    combiners="mean", concat=False,
+                                    feature_names=None, name=None):
+    """Pools many features, each over its own compressed table, in one op.
+
+    The results of one :func:`embedding_lookup_sparse` per feature, computed
+    by one ``BatchedFusedDecodeAxpy`` node: a model with many sparse features
+    pays TensorFlow's per-node cost once instead of once per feature, and the
+    op spreads the features' bags over the intra-op threads.
+
+    Args:
+      tables: list of :class:`CompressedTable` (of any formats and dims), one
+        per feature; features may share a table (pass it again).
+      sp_ids: list of ids, one per feature: ``RaggedTensor`` ``[batch,
+        (ids)]`` or ``SparseTensor`` ``[batch, ?]`` with row-major entries.
+      sp_weights: None, or a list with None (unweighted) or weights of the
+        same structure as that feature's ids.
+      combiners: ``"mean"`` (default), ``"sqrtn"`` or ``"sum"``, or a list
+        of them, one per feature.
+      concat: if True, return one ``[batch, sum of dims]`` tensor with the
+        features' results side by side, in order (every feature must have
+        the same batch size); else a list of ``[batch_f, D_f]`` tensors.
+      feature_names: optional list of names, used in error messages.
+      name: optional op name.
+
+    Returns:
+      A list of float32 ``[rows_f, D_f]`` tensors, or one float32
+      ``[batch, sum D_f]`` tensor when ``concat``. A ragged feature has one
+      row per ragged row; a sparse one ``dense_shape[0]`` rows (where
+      ``embedding_lookup_sparse``, as TF's, gives ``max(row index) + 1``),
+      so that features line up side by side.
+
+    Raises:
+      ValueError: lists of different lengths, an unknown combiner, or ids
+        that are not 2-D sparse or ragged.
+      tf.errors.InvalidArgumentError: bad ids or bags, naming the feature.
+    """
+    tables = list(tables)
+    sp_ids = list(sp_ids)
+    count = len(tables)
+    if count == 0:
+        raise ValueError("tables must hold at least one table")
+    if len(sp_ids) != count:
+        raise ValueError(f"sp_ids must have one entry per table ({count}), "
+                         f"got {len(sp_ids)}")
+    sp_weights = _per_feature(sp_weights, count, "sp_weights")
+    combiners = [_bags.check_combiner(c)
+                 for c in _per_feature(combiners, count, "combiners")]
+    if feature_names is not None:
+        if (not isinstance(feature_names, (list, tuple))
+                or len(feature_names) != count):
+            raise ValueError(f"feature_names must be a list of one name per "
+                             f"table ({count}), got {feature_names!r}")
+        feature_names = [str(n) for n in feature_names]
+    with tf.name_scope(name or "batched_embedding_lookup_sparse"):
+        # Inputs shared by features (a table's reads, the empty scales and
+        # weights, the "rows from the splits" marker) are made once: each
+        # would be a node of its own otherwise.
+        table_inputs, shared = {}, {}
+
+        def constant(key, make):
+            if key not in shared:
+                shared[key] = make()
+            return shared[key]
+
+        op_inputs = {k: [] for k in ("tables", "scales", "ids", "bag_splits",
+                                     "weights", "num_bags", "row_formats",
+                                     "dims", "bag_kinds")}
+        for f, (table, ids, weights) in enumerate(
+                zip(tables, sp_ids, sp_weights)):
+            if id(table) not in table_inputs:
+                table_inputs[id(table)] = _table_inputs(table)
+            inputs = table_inputs[id(table)]
+            scales = inputs["scales"]
+            if _is_empty_float32(scales):
+                scales = constant("no_scales", lambda: tf.zeros([0], tf.float32))
+            op_inputs["tables"].append(inputs["table"])
+            op_inputs["scales"].append(scales)
+            op_inputs["row_formats"].append(inputs.get("row_format", "plain"))
+            op_inputs["dims"].append(inputs.get("dim", -1))
+            names = (f"sp_ids[{f}]", f"sp_weights[{f}]")
+            if isinstance(ids, tf.RaggedTensor):
+                bags = _bags.from_ragged(ids, weights, names=names)
+                splits = ids.row_splits
+                num_bags = constant("rows_from_splits",
+                                    lambda: tf.constant(-1, tf.int64))
+                kind = "row_splits"
+            elif isinstance(ids, tf.SparseTensor):
+                bags = _bags.from_sparse(ids, weights, names=names)
+                splits = bags.segment_ids
+                num_bags = tf.cast(bags.num_bags, tf.int64)
+                kind = "segment_ids"
+            else:
+                raise TypeError(f"sp_ids[{f}] must be a SparseTensor or "
+                                f"RaggedTensor, got {type(ids).__name__}")
+            op_inputs["ids"].append(bags.ids)
+            op_inputs["bag_splits"].append(splits)
+            op_inputs["num_bags"].append(num_bags)
+            op_inputs["bag_kinds"].append(kind)
+            op_inputs["weights"].append(
+                constant("unweighted", lambda: tf.zeros([0], tf.float32))
+                if bags.weights is None else bags.weights)
+        outputs = _op_library().batched_fused_decode_axpy(
+            **op_inputs, combiners=combiners, concat=bool(concat),
+            num_outputs=1 if concat else count,
+            feature_names=feature_names or [])
+    return outputs[0] if concat else list(outputs)

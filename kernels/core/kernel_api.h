@@ -20,7 +20,7 @@
 //
 //   Lookup:  for i in [begin, end):  out[i][:] = decode(ids[i])
 //
-//   Pool:    for b in [bag_begin, bag_end):
+//   Pool:    for b in [bag_begin, bag_end):   (out[b] = out + b * out_stride)
 //              acc[:] = 0;  wsum = 0;  w2sum = 0
 //              for i in [bag_offsets[b], bag_offsets[b+1]):
 //                w = weights ? weights[i] : 1
@@ -89,7 +89,11 @@ struct PoolArgs {
   Combiner combiner;
   int64_t bag_begin;  // bags [bag_begin, bag_end) are computed
   int64_t bag_end;
-  float* out;  // [num_bags, dim]
+  float* out;  // bag b's dim floats at out + b * out_stride
+  // Floats from one bag's output row to the next: dim for a [num_bags, dim]
+  // output, more when the rows are a column block of a wider matrix (the
+  // batched op's concatenated output).
+  int64_t out_stride;
   // How many ids ahead to prefetch rows (0: no prefetch). A hint: it never
   // changes results, and the reference kernel ignores it.
   int64_t prefetch_rows;

@@ -107,7 +107,7 @@ bool PoolBags(const PoolArgs& a) {
   const Index* ids = static_cast<const Index*>(a.ids.data);
   const int64_t dim = a.table.dim;
   for (int64_t b = a.bag_begin; b < a.bag_end; ++b) {
-    float* out = a.out + b * dim;
+    float* out = a.out + b * a.out_stride;
     for (int64_t d = 0; d < dim; ++d) out[d] = 0.0f;
     float wsum = 0.0f;
     float w2sum = 0.0f;

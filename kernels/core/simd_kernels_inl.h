@@ -384,7 +384,7 @@ bool PoolEachBag(const PoolArgs& args) {
                 : a.combiner == Combiner::kSqrtN ? __builtin_sqrtf(w2sum)
                                                  : 1.0f;
     bag.zero = bag.denom == 0.0f;
-    if (!Blocks::Run(a, ids, bag, a.out + b * a.table.dim)) return false;
+    if (!Blocks::Run(a, ids, bag, a.out + b * a.out_stride)) return false;
   }
   return true;
 }

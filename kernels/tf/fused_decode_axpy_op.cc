@@ -4,10 +4,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/core/batched_pool.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/core/kernel_api.h"
 #include "kernels/core/prefetch_policy.h"
-#include "kernels/core/segment_offsets.h"
+#include "kernels/tf/bag_inputs.h"
 #include "kernels/tf/op_util.h"
 #include "kernels/tf/parallel_run.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -21,71 +22,6 @@ using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
-
-absl::Status ParseCombiner(const std::string& name, Combiner* combiner) {
-  if (name == "sum") {
-    *combiner = Combiner::kSum;
-  } else if (name == "mean") {
-    *combiner = Combiner::kMean;
-  } else if (name == "sqrtn") {
-    *combiner = Combiner::kSqrtN;
-  } else {
-    return InvalidArgument(
-        "combiner must be one of 'sum', 'mean', 'sqrtn', got '", name, "'");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ReadNumSegments(const Tensor& t, int64_t* num_segments) {
-  if (t.dims() != 0) {
-    return InvalidArgument("num_segments must be a scalar, not shape ",
-                           t.shape().DebugString());
-  }
-  const int64_t n = t.dtype() == tensorflow::DT_INT32
-                        ? static_cast<int64_t>(t.scalar<int32_t>()())
-                        : t.scalar<int64_t>()();
-  if (n < 0) {
-    return InvalidArgument("num_segments = ", n, " must be >= 0");
-  }
-  *num_segments = n;
-  return absl::OkStatus();
-}
-
-// The op's message for segment ids SegmentOffsets refused.
-absl::Status SegmentIdsError(const SegmentIdsCheck& check,
-                             int64_t num_segments) {
-  switch (check.problem) {
-    case SegmentIdsCheck::Problem::kNone:
-      return absl::OkStatus();
-    case SegmentIdsCheck::Problem::kOutOfRange:
-      return InvalidArgument("segment_ids[", check.position,
-                             "] = ", check.value, " is not in [0, ",
-                             num_segments,
-                             "): segment ids must be >= 0 and < num_segments");
-    case SegmentIdsCheck::Problem::kUnsorted:
-      return InvalidArgument("segment_ids are not sorted: segment_ids[",
-                             check.position - 1, "] = ", check.previous,
-                             " > segment_ids[", check.position,
-                             "] = ", check.value);
-    case SegmentIdsCheck::Problem::kChangedWhileRead:
-      break;
-  }
-  return absl::InternalError("segment_ids changed while the op read them");
-}
-
-// Checks segment_ids (sorted, in [0, num_segments)) and, unless offsets is
-// null, writes their CSR offsets[0..num_segments] (core/segment_offsets.h).
-absl::Status SegmentIdsToOffsets(const Tensor& segment_ids,
-                                 int64_t num_segments, int64_t* offsets) {
-  const int64_t n = segment_ids.NumElements();
-  const SegmentIdsCheck check =
-      segment_ids.dtype() == tensorflow::DT_INT32
-          ? tfce::SegmentOffsets(segment_ids.flat<int32_t>().data(), n,
-                                 num_segments, offsets)
-          : tfce::SegmentOffsets(segment_ids.flat<int64_t>().data(), n,
-                                 num_segments, offsets);
-  return SegmentIdsError(check, num_segments);
-}
 
 class FusedDecodeAxpyOp : public CompressedTableOp {
  public:
@@ -122,7 +58,7 @@ class FusedDecodeAxpyOp : public CompressedTableOp {
                         "] (one per id) or [0] (unweighted), but has shape ",
                         weights.shape().DebugString()));
     int64_t num_segments = 0;
-    OP_REQUIRES_OK(ctx, ReadNumSegments(ctx->input(5), &num_segments));
+    OP_REQUIRES_OK(ctx, ReadNumSegments(ctx->input(5), "num_segments", &num_segments));
 
     TensorShape out_shape;
     OP_REQUIRES_OK(ctx, OutputShape(TensorShape({num_segments}), view.dim,
@@ -164,11 +100,11 @@ class FusedDecodeAxpyOp : public CompressedTableOp {
     args.prefetch_rows = PoolPrefetchRows(
         view, static_cast<double>(num_ids) / static_cast<double>(num_segments));
     args.out = out->flat<float>().data();
-    // Cost of one segment: its average number of ids times the row work.
-    const int64_t ids_per_segment = num_ids / num_segments + 1;
+    args.out_stride = view.dim;
+    const int64_t segment_cost = static_cast<int64_t>(
+        PoolCost(num_ids, num_segments, view.dim) / num_segments) + 1;
     if (!RunKernelSharded(ctx, variant_->pool, args, &PoolArgs::bag_begin,
-                          &PoolArgs::bag_end, num_segments,
-                          ids_per_segment * (view.dim * 2 + 20),
+                          &PoolArgs::bag_end, num_segments, segment_cost,
                           max_threads_)) {
       ctx->CtxFailure(BadIdError(ids, view.rows, &segment_ids));
     }

@@ -4,6 +4,7 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "kernels/core/kernel_api.h"
+#include "kernels/tf/batched_attrs.h"
 #include "kernels/tf/table_format.h"
 
 namespace tfce {
@@ -53,6 +54,53 @@ absl::Status FusedDecodeAxpyShape(InferenceContext* c) {
   DimensionHandle bags;
   TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(5, &bags));
   c->set_output(0, c->Matrix(bags, dim));
+  return absl::OkStatus();
+}
+
+// Inputs are lists of N each, flattened in this order.
+enum BatchedInput { kTables, kScales, kIds, kBagSplits, kWeights, kNumBags };
+
+absl::Status BatchedFusedDecodeAxpyShape(InferenceContext* c) {
+  BatchedAttrs attrs;
+  TF_RETURN_IF_ERROR(ReadBatchedAttrs(c, &attrs));
+  const int64_t n = attrs.num_features;
+  auto input = [&](BatchedInput list, int64_t f) {
+    return c->input(static_cast<int>(list * n + f));
+  };
+  std::vector<DimensionHandle> bags(n), dims(n);
+  for (int64_t f = 0; f < n; ++f) {
+    ShapeHandle table, scales, ids, splits, weights, num_bags;
+    absl::Status status = c->WithRank(input(kTables, f), 2, &table);
+    if (status.ok()) status = c->WithRank(input(kScales, f), 1, &scales);
+    if (status.ok()) status = c->WithRank(input(kIds, f), 1, &ids);
+    if (status.ok()) status = c->WithRank(input(kBagSplits, f), 1, &splits);
+    if (status.ok()) status = c->WithRank(input(kWeights, f), 1, &weights);
+    if (status.ok()) status = c->WithRank(input(kNumBags, f), 0, &num_bags);
+    if (status.ok() && attrs.row_splits[f]) {
+      status = c->Subtract(c->Dim(splits, 0), 1, &bags[f]);
+    } else if (status.ok()) {
+      status = c->Merge(ids, splits, &ids);
+      if (status.ok()) {
+        status = c->MakeDimForScalarInput(
+            static_cast<int>(kNumBags * n + f), &bags[f]);
+      }
+    }
+    TF_RETURN_IF_ERROR(attrs.Labeled(f, status));
+    dims[f] = attrs.dims[f] < 0 ? c->Dim(table, 1) : c->MakeDim(attrs.dims[f]);
+  }
+  if (!attrs.concat) {
+    for (int64_t f = 0; f < n; ++f) {
+      c->set_output(static_cast<int>(f), c->Matrix(bags[f], dims[f]));
+    }
+    return absl::OkStatus();
+  }
+  DimensionHandle rows = bags[0], width = dims[0];
+  for (int64_t f = 1; f < n; ++f) {
+    TF_RETURN_IF_ERROR(attrs.Labeled(
+        f, c->Merge(rows, bags[f], &rows)));
+    TF_RETURN_IF_ERROR(c->Add(width, dims[f], &width));
+  }
+  c->set_output(0, c->Matrix(rows, width));
   return absl::OkStatus();
 }
 
@@ -127,6 +175,58 @@ segment_ids: [N] sorted segment ids, each in [0, num_segments).
 weights: [N] float32 per-id weights, or [0] for unweighted.
 num_segments: scalar >= 0, the number of output rows.
 output: float32 [num_segments, D].
+)doc");
+
+REGISTER_OP("BatchedFusedDecodeAxpy")
+    .Input("tables: Ttables")
+    .Input("scales: N * float")
+    .Input("ids: Tids")
+    .Input("bag_splits: Tsplits")
+    .Input("weights: N * float")
+    .Input("num_bags: N * int64")
+    .Output("outputs: num_outputs * float")
+    .Attr("N: int >= 1")
+    .Attr("Ttables: list({int8, half, uint8})")
+    .Attr("Tids: list({int32, int64})")
+    .Attr("Tsplits: list({int32, int64})")
+    .Attr("row_formats: list(string)")
+    .Attr("dims: list(int)")
+    .Attr("combiners: list(string)")
+    .Attr("bag_kinds: list(string)")
+    .Attr("concat: bool = false")
+    .Attr("num_outputs: int >= 1")
+    .Attr("feature_names: list(string) = []")
+    .SetShapeFn(BatchedFusedDecodeAxpyShape)
+    .Doc(R"doc(
+Pools N features, each over its own compressed table, in one call: the
+results of N FusedDecodeAxpy calls, one per feature f on tables[f] with
+ids[f], its bags, weights[f] and combiners[f], as N outputs or (concat)
+side by side in one [num_bags, sum of dims] output.
+
+Feature f's bags are given by bag_kinds[f]: 'segment_ids' (bag_splits[f]
+are sorted segment ids, one per id, in [0, num_bags[f]), as in
+FusedDecodeAxpy) or 'row_splits' (bag_splits[f] are a RaggedTensor's row
+splits [rows + 1]: bag b is ids[row_splits[b]:row_splits[b + 1]];
+num_bags[f] is -1 or the number of rows). Features may share a table (the
+same tensor passed twice). Errors name the feature (and its name, when
+feature_names gives them).
+
+tables: N tables: [V, D] int8 or half rows (row_formats[f] 'plain'), or
+  uint8 [V, R] records of a rowwise format (as FusedDecodeAxpy's table).
+scales: N float32 vectors: [V] for int8 tables, [0] for every other.
+ids: N vectors of ids, each in [0, V) of its table.
+bag_splits: N vectors: segment ids [len(ids)] or row splits [rows + 1].
+weights: N float32 vectors: [len(ids)] per-id weights, or [0] unweighted.
+num_bags: N int64 scalars: the feature's number of output rows.
+outputs: N float32 [num_bags[f], D_f], or one [num_bags, sum D_f] (concat).
+row_formats: each feature's table layout, as FusedDecodeAxpy's row_format.
+dims: each feature's D for rowwise formats, -1 for 'plain'.
+combiners: each feature's 'sum', 'mean' or 'sqrtn'.
+bag_kinds: each feature's 'segment_ids' or 'row_splits'.
+concat: one [num_bags, sum D_f] output (every feature has the same
+  num_bags) instead of one per feature.
+num_outputs: 1 when concat, else N.
+feature_names: empty, or a name per feature for error messages.
 )doc");
 
 }  // namespace tfce

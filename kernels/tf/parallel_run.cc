@@ -150,12 +150,19 @@ absl::Status ReadMaxThreads(tensorflow::OpKernelConstruction* ctx,
   return absl::OkStatus();
 }
 
+int64_t ParallelRunThreads(tensorflow::OpKernelContext* ctx,
+                           int64_t max_threads) {
+  const int64_t threads =
+      ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
+  return max_threads > 0 ? std::min(threads, max_threads) : threads;
+}
+
 void ParallelRun(tensorflow::OpKernelContext* ctx, int64_t total,
                  int64_t cost_per_unit, int64_t max_threads, const Fn& fn) {
   if (total <= 0) return;
   auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-  int64_t threads = std::min<int64_t>(workers->num_threads, total);
-  if (max_threads > 0) threads = std::min(threads, max_threads);
+  const int64_t threads =
+      std::min<int64_t>(ParallelRunThreads(ctx, max_threads), total);
   const double cost = static_cast<double>(total) * cost_per_unit;
   if (threads <= 1 || cost < MinParallelCost()) {
     fn(0, total);

@@ -43,6 +43,11 @@ constexpr char kMaxThreadsAttr[] = "_tfce_max_threads";
 absl::Status ReadMaxThreads(tensorflow::OpKernelConstruction* ctx,
                             int64_t* max_threads);
 
+// The threads ParallelRun may use for a call: the intra-op pool's (the
+// caller included), at most max_threads (0: no cap).
+int64_t ParallelRunThreads(tensorflow::OpKernelContext* ctx,
+                           int64_t max_threads);
+
 // Runs fn(begin, end) over [0, total) on the calling thread and, when the
 // work is large enough to pay for it, on up to max_threads (0: all) of the
 // intra-op pool's threads, the caller included. Each unit is computed by

@@ -216,7 +216,11 @@ void PoolTest::Run(const KernelVariant& variant, const Table& t,
   ids[offsets[1]] = static_cast<Index>(t.rows - 1);
   const float cancelling[] = {1.5f, -1.5f, 0.25f, -0.25f};
   for (int64_t k = 0; k < 4; ++k) weights[offsets[6] + k] = cancelling[k];
-  Padded out(bags * t.dim);
+  // Bag rows kGap floats apart: the output is a column block of a wider
+  // matrix, as in the batched op's concatenated output.
+  constexpr int64_t kGap = 3;
+  const int64_t stride = t.dim + kGap;
+  Padded out(bags * stride);
   PoolArgs args{t.View(),
                 IdsView{ids.data(), sizeof(Index) == 8},
                 weighted ? weights.data() : nullptr,
@@ -225,10 +229,16 @@ void PoolTest::Run(const KernelVariant& variant, const Table& t,
                 1,
                 bags,
                 out.out(),  // bag 0 is left to other threads
+                stride,
                 /*prefetch_rows=*/3};
   ASSERT_TRUE(variant.pool(args)) << "returned false on valid ids";
   bool close = true, untouched = true;
   for (int64_t d = 0; d < t.dim; ++d) untouched &= out.out()[d] == kSentinel;
+  for (int64_t b = 0; b < bags; ++b) {
+    for (int64_t d = t.dim; d < stride; ++d) {
+      untouched &= out.out()[b * stride + d] == kSentinel;
+    }
+  }
   for (int64_t b = 1; b < bags; ++b) {
     for (int64_t d = 0; d < t.dim; ++d) {
       double sum = 0, mag = 0, wsum = 0, w2sum = 0;
@@ -244,12 +254,13 @@ void PoolTest::Run(const KernelVariant& variant, const Table& t,
       if (combiner == Combiner::kMean) denom = wsum;
       if (combiner == Combiner::kSqrtN) denom = std::sqrt(w2sum);
       const double want = denom == 0 ? 0 : sum / denom;
-      close &= std::fabs(out.out()[b * t.dim + d] - want) <=
+      close &= std::fabs(out.out()[b * stride + d] - want) <=
                PooledFloat32ErrorBound(sizes[b], mag, denom);
     }
   }
   EXPECT_TRUE(close) << "beyond the float32 accumulation bound";
-  EXPECT_TRUE(untouched && out.PadsIntact()) << "wrote outside its bags";
+  EXPECT_TRUE(untouched && out.PadsIntact())
+      << "wrote outside its bags' columns";
   for (int64_t bad : {int64_t{-1}, t.rows}) {
     ids[offsets[5] + 2] = static_cast<Index>(bad);
     EXPECT_FALSE(variant.pool(args)) << "accepted id " << bad;

@@ -1,0 +1,126 @@
+#include "kernels/tf/bag_inputs.h"
+
+#include <vector>
+
+#include "kernels/core/segment_offsets.h"
+#include "kernels/tf/op_util.h"
+
+namespace tfce {
+
+using ::tensorflow::Tensor;
+
+namespace {
+
+// The op's message for segment ids SegmentOffsets refused.
+absl::Status SegmentIdsError(const SegmentIdsCheck& check,
+                             int64_t num_segments) {
+  switch (check.problem) {
+    case SegmentIdsCheck::Problem::kNone:
+      return absl::OkStatus();
+    case SegmentIdsCheck::Problem::kOutOfRange:
+      return InvalidArgument("segment_ids[", check.position,
+                             "] = ", check.value, " is not in [0, ",
+                             num_segments,
+                             "): segment ids must be >= 0 and < num_segments");
+    case SegmentIdsCheck::Problem::kUnsorted:
+      return InvalidArgument("segment_ids are not sorted: segment_ids[",
+                             check.position - 1, "] = ", check.previous,
+                             " > segment_ids[", check.position,
+                             "] = ", check.value);
+    case SegmentIdsCheck::Problem::kChangedWhileRead:
+      break;
+  }
+  return absl::InternalError("segment_ids changed while the op read them");
+}
+
+template <typename Split>
+absl::Status CopyRowSplits(const Split* splits, int64_t size, int64_t num_ids,
+                           int64_t* offsets) {
+  std::vector<int64_t> scratch;
+  if (offsets == nullptr) {
+    scratch.resize(size);
+    offsets = scratch.data();
+  }
+  for (int64_t i = 0; i < size; ++i) {
+    offsets[i] = static_cast<int64_t>(splits[i]);
+  }
+  if (offsets[0] != 0) {
+    return InvalidArgument("row_splits[0] = ", offsets[0],
+                           " must be 0: row splits start at 0");
+  }
+  for (int64_t i = 1; i < size; ++i) {
+    if (offsets[i] < offsets[i - 1]) {
+      return InvalidArgument("row_splits are not sorted: row_splits[", i - 1,
+                             "] = ", offsets[i - 1], " > row_splits[", i,
+                             "] = ", offsets[i]);
+    }
+  }
+  if (offsets[size - 1] != num_ids) {
+    return InvalidArgument("row_splits[", size - 1, "] = ", offsets[size - 1],
+                           " must be the number of ids, ", num_ids,
+                           ": the last row split ends the last row");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseCombiner(const std::string& name, Combiner* combiner) {
+  if (name == "sum") {
+    *combiner = Combiner::kSum;
+  } else if (name == "mean") {
+    *combiner = Combiner::kMean;
+  } else if (name == "sqrtn") {
+    *combiner = Combiner::kSqrtN;
+  } else {
+    return InvalidArgument(
+        "combiner must be one of 'sum', 'mean', 'sqrtn', got '", name, "'");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadNumSegments(const Tensor& t, const char* name,
+                             int64_t* num_segments) {
+  if (t.dims() != 0) {
+    return InvalidArgument(name, " must be a scalar, not shape ",
+                           t.shape().DebugString());
+  }
+  const int64_t n = t.dtype() == tensorflow::DT_INT32
+                        ? static_cast<int64_t>(t.scalar<int32_t>()())
+                        : t.scalar<int64_t>()();
+  if (n < 0) {
+    return InvalidArgument(name, " = ", n, " must be >= 0");
+  }
+  *num_segments = n;
+  return absl::OkStatus();
+}
+
+absl::Status SegmentIdsToOffsets(const Tensor& segment_ids,
+                                 int64_t num_segments, int64_t* offsets) {
+  const int64_t n = segment_ids.NumElements();
+  const SegmentIdsCheck check =
+      segment_ids.dtype() == tensorflow::DT_INT32
+          ? tfce::SegmentOffsets(segment_ids.flat<int32_t>().data(), n,
+                                 num_segments, offsets)
+          : tfce::SegmentOffsets(segment_ids.flat<int64_t>().data(), n,
+                                 num_segments, offsets);
+  return SegmentIdsError(check, num_segments);
+}
+
+absl::Status RowSplitsToOffsets(const Tensor& row_splits, int64_t num_ids,
+                                int64_t* offsets) {
+  const int64_t size = row_splits.NumElements();
+  if (row_splits.dims() != 1 || size < 1) {
+    return InvalidArgument(
+        "row_splits must be a vector of at least one element (rows + 1), "
+        "but has shape ",
+        row_splits.shape().DebugString());
+  }
+  return row_splits.dtype() == tensorflow::DT_INT32
+             ? CopyRowSplits(row_splits.flat<int32_t>().data(), size, num_ids,
+                             offsets)
+             : CopyRowSplits(row_splits.flat<int64_t>().data(), size, num_ids,
+                             offsets);
+}
+
+}  // namespace tfce

@@ -1,0 +1,79 @@
+#include "kernels/tf/batched_attrs.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/tf/bag_inputs.h"
+#include "kernels/tf/op_util.h"
+#include "kernels/tf/table_format.h"
+
+namespace tfce {
+
+std::string BatchedAttrs::Label(int64_t f) const {
+  if (names.empty()) return absl::StrCat("feature ", f);
+  return absl::StrCat("feature ", f, " ('", names[f], "')");
+}
+
+absl::Status BatchedAttrs::Labeled(int64_t f,
+                                   const absl::Status& status) const {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(Label(f), ": ", status.message()));
+}
+
+absl::Status ParseBatchedAttrs(
+    int64_t num_features, bool concat, int64_t num_outputs,
+    const std::vector<tensorflow::DataType>& dtypes,
+    const std::vector<std::string>& row_formats,
+    const std::vector<int64_t>& dims,
+    const std::vector<std::string>& combiners,
+    const std::vector<std::string>& bag_kinds,
+    const std::vector<std::string>& names, BatchedAttrs* attrs) {
+  const int64_t n = num_features;
+  const std::pair<const char*, size_t> lists[] = {
+      {"Ttables", dtypes.size()},       {"row_formats", row_formats.size()},
+      {"dims", dims.size()},            {"combiners", combiners.size()},
+      {"bag_kinds", bag_kinds.size()},
+  };
+  for (const auto& [name, size] : lists) {
+    if (static_cast<int64_t>(size) != n) {
+      return InvalidArgument("attr ", name, " must have one entry per "
+                             "feature (N = ", n, "), but has ", size);
+    }
+  }
+  if (!names.empty() && static_cast<int64_t>(names.size()) != n) {
+    return InvalidArgument("attr feature_names must be empty or have one "
+                           "name per feature (N = ", n, "), but has ",
+                           names.size());
+  }
+  const int64_t want_outputs = concat ? 1 : n;
+  if (num_outputs != want_outputs) {
+    return InvalidArgument("attr num_outputs must be ", want_outputs, " (",
+                           concat ? "one concatenated output"
+                                  : "one output per feature",
+                           ", concat = ", concat ? "true" : "false",
+                           "), got ", num_outputs);
+  }
+  attrs->num_features = n;
+  attrs->concat = concat;
+  attrs->names = names;
+  attrs->dims = dims;
+  attrs->storages.assign(n, Storage::kInt8Split);
+  attrs->combiners.assign(n, Combiner::kSum);
+  attrs->row_splits.assign(n, false);
+  for (int64_t f = 0; f < n; ++f) {
+    TF_RETURN_IF_ERROR(attrs->Labeled(
+        f, ParseTableFormat(dtypes[f], row_formats[f], dims[f],
+                            &attrs->storages[f])));
+    TF_RETURN_IF_ERROR(
+        attrs->Labeled(f, ParseCombiner(combiners[f], &attrs->combiners[f])));
+    if (bag_kinds[f] != "segment_ids" && bag_kinds[f] != "row_splits") {
+      return attrs->Labeled(
+          f, InvalidArgument("bag_kinds must be 'segment_ids' or "
+                             "'row_splits', got '",
+                             bag_kinds[f], "'"));
+    }
+    attrs->row_splits[f] = bag_kinds[f] == "row_splits";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tfce

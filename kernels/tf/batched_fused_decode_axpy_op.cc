@@ -1,0 +1,301 @@
+// BatchedFusedDecodeAxpy: validate every feature (errors name it), build the
+// bags' offsets, cut the features' bags into tiles (core/batched_pool.h) and
+// run them over the intra-op pool, then report a bad id of the first feature
+// that has one.
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/core/batched_pool.h"
+#include "kernels/core/dispatch.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/core/prefetch_policy.h"
+#include "kernels/tf/bag_inputs.h"
+#include "kernels/tf/batched_attrs.h"
+#include "kernels/tf/huge_pages.h"
+#include "kernels/tf/op_util.h"
+#include "kernels/tf/parallel_run.h"
+#include "kernels/tf/table_format.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+
+namespace tfce {
+namespace {
+
+using ::tensorflow::OpInputList;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::OpOutputList;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+// One feature's inputs, checked.
+struct Feature {
+  TableView table;
+  const Tensor* ids;
+  const Tensor* bag_splits;
+  const Tensor* weights;
+  int64_t num_ids;
+  int64_t num_bags;
+  bool row_splits;  // bag_splits holds row splits, not segment ids
+  bool has_work() const { return num_bags > 0 && table.dim > 0; }
+};
+
+class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
+ public:
+  explicit BatchedFusedDecodeAxpyOp(OpKernelConstruction* ctx)
+      : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, GetKernelVariant(&variant_));
+    OP_REQUIRES_OK(ctx, ReadMaxThreads(ctx, &max_threads_));
+    OP_REQUIRES_OK(ctx, ReadBatchedAttrs(ctx, &attrs_));
+    num_features_ = attrs_.num_features;
+    concat_ = attrs_.concat;
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    OpInputList tables, scales, ids, bag_splits, weights, num_bags;
+    OP_REQUIRES_OK(ctx, ctx->input_list("tables", &tables));
+    OP_REQUIRES_OK(ctx, ctx->input_list("scales", &scales));
+    OP_REQUIRES_OK(ctx, ctx->input_list("ids", &ids));
+    OP_REQUIRES_OK(ctx, ctx->input_list("bag_splits", &bag_splits));
+    OP_REQUIRES_OK(ctx, ctx->input_list("weights", &weights));
+    OP_REQUIRES_OK(ctx, ctx->input_list("num_bags", &num_bags));
+    std::vector<Feature> features(num_features_);
+    for (int64_t f = 0; f < num_features_; ++f) {
+      Feature& feature = features[f];
+      OP_REQUIRES_OK(ctx, Labeled(f, MakeTableView(tables[f], scales[f],
+                                                   attrs_.storages[f], attrs_.dims[f],
+                                                   &feature.table)));
+      feature.ids = &ids[f];
+      feature.bag_splits = &bag_splits[f];
+      feature.weights = &weights[f];
+      OP_REQUIRES_OK(ctx, Labeled(f, ReadBagInputs(f, num_bags[f], &feature)));
+    }
+
+    // Outputs: one per feature, or the features' columns side by side.
+    std::vector<TensorShape> shapes;
+    std::vector<int64_t> columns(num_features_, 0);  // first output column
+    int64_t out_elements = 0;
+    if (concat_) {
+      int64_t width = 0;
+      for (int64_t f = 0; f < num_features_; ++f) {
+        OP_REQUIRES(
+            ctx, features[f].num_bags == features[0].num_bags,
+            Labeled(f, InvalidArgument(
+                           "has ", features[f].num_bags, " bags, but ",
+                           Label(0), " has ", features[0].num_bags,
+                           ": a concatenated output (concat = true) needs "
+                           "the same number of bags, its rows, in every "
+                           "feature")));
+        columns[f] = width;
+        width += features[f].table.dim;
+        OP_REQUIRES(ctx, width <= kMaxDim,
+                    InvalidArgument("the features' dims add up to more than ",
+                                    kMaxDim,
+                                    ", the widest concatenated output"));
+      }
+      shapes.resize(1);
+      OP_REQUIRES_OK(ctx, OutputShape(TensorShape({features[0].num_bags}),
+                                      width, "num_bags", &shapes[0]));
+      out_elements = shapes[0].num_elements();
+    } else {
+      shapes.resize(num_features_);
+      for (int64_t f = 0; f < num_features_; ++f) {
+        OP_REQUIRES_OK(ctx, Labeled(f, OutputShape(
+                                           TensorShape({features[f].num_bags}),
+                                           features[f].table.dim, "num_bags",
+                                           &shapes[f])));
+        out_elements += shapes[f].num_elements();
+        OP_REQUIRES(ctx, out_elements >= 0,
+                    InvalidArgument("the outputs have more elements than "
+                                    "int64 can count: num_bags or the "
+                                    "tables' dims are too large"));
+      }
+    }
+    if (out_elements > kValidateFirstElements) {
+      for (int64_t f = 0; f < num_features_; ++f) {
+        OP_REQUIRES_OK(ctx, Labeled(f, CheckBags(features[f], nullptr)));
+        OP_REQUIRES_OK(ctx, Labeled(f, CheckFeatureIds(features[f])));
+      }
+    }
+    OpOutputList outputs;
+    OP_REQUIRES_OK(ctx, ctx->output_list("outputs", &outputs));
+    std::vector<float*> out(num_features_, nullptr);
+    for (size_t o = 0; o < shapes.size(); ++o) {
+      Tensor* t = nullptr;
+      OP_REQUIRES_OK(ctx, outputs.allocate(o, shapes[o], &t));
+      float* base = t->flat<float>().data();
+      if (concat_) {
+        for (int64_t f = 0; f < num_features_; ++f) out[f] = base + columns[f];
+      } else {
+        out[o] = base;
+      }
+    }
+
+    // Offsets of every feature with work, in one buffer: each such feature
+    // has an output of num_bags * dim >= num_bags floats, so the sum of
+    // (num_bags + 1) cannot overflow.
+    int64_t total_offsets = 0;
+    for (const Feature& feature : features) {
+      if (feature.has_work()) total_offsets += feature.num_bags + 1;
+    }
+    Tensor offsets_t;
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_temp(tensorflow::DT_INT64,
+                                      TensorShape({total_offsets}), &offsets_t));
+    int64_t* offsets = offsets_t.flat<int64_t>().data();
+    std::vector<PoolArgs> args(num_features_);
+    double total_cost = 0;
+    for (int64_t f = 0; f < num_features_; ++f) {
+      const Feature& feature = features[f];
+      if (!feature.has_work()) {  // nothing to pool; bad input still errs
+        OP_REQUIRES_OK(ctx, Labeled(f, CheckBags(feature, nullptr)));
+        OP_REQUIRES_OK(ctx, Labeled(f, CheckFeatureIds(feature)));
+        continue;  // args[f] has no bags: no tile
+      }
+      OP_REQUIRES_OK(ctx, Labeled(f, CheckBags(feature, offsets)));
+      PoolArgs& a = args[f];
+      a.table = feature.table;
+      AdviseHugePages(feature.table);
+      a.ids = IdsView{feature.ids->data(),
+                      feature.ids->dtype() == tensorflow::DT_INT64};
+      a.weights = feature.weights->dim_size(0) == 0
+                      ? nullptr
+                      : feature.weights->flat<float>().data();
+      a.bag_offsets = offsets;
+      a.combiner = attrs_.combiners[f];
+      a.bag_begin = 0;
+      a.bag_end = feature.num_bags;
+      a.out = out[f];
+      a.out_stride = concat_ ? shapes[0].dim_size(1) : feature.table.dim;
+      a.prefetch_rows = PoolPrefetchRows(
+          feature.table, static_cast<double>(feature.num_ids) /
+                             static_cast<double>(feature.num_bags));
+      offsets += feature.num_bags + 1;
+      total_cost += PoolCost(feature.num_ids, feature.num_bags,
+                             feature.table.dim);
+    }
+
+    const int64_t threads = ParallelRunThreads(ctx, max_threads_);
+    const bool split = threads > 1 && total_cost >= MinParallelCost();
+    const std::vector<PoolTile> tiles = PlanPoolTiles(
+        args.data(), num_features_,
+        split ? std::max(kMinChunkCost,
+                         total_cost / static_cast<double>(
+                                          threads * kChunksPerThread))
+              : 0.0);
+    if (tiles.empty()) return;
+    std::atomic<bool> ok(true);
+    const int64_t tile_cost =
+        static_cast<int64_t>(total_cost / static_cast<double>(tiles.size())) +
+        1;
+    ParallelRun(ctx, static_cast<int64_t>(tiles.size()), tile_cost,
+                max_threads_, [&](int64_t begin, int64_t end) {
+                  int64_t bad_feature = -1;
+                  if (!RunPoolTiles(variant_->pool, args.data(), tiles.data(),
+                                    begin, end, &bad_feature)) {
+                    ok.store(false);
+                  }
+                });
+    if (!ok.load()) {
+      // The first feature in order with a bad id, whichever thread saw one.
+      for (int64_t f = 0; f < num_features_; ++f) {
+        OP_REQUIRES_OK(ctx, Labeled(f, CheckFeatureIds(features[f])));
+      }
+      ctx->CtxFailure(
+          absl::InternalError("ids changed while the op was reading them"));
+    }
+  }
+
+ private:
+  std::string Label(int64_t f) const { return attrs_.Label(f); }
+  absl::Status Labeled(int64_t f, const absl::Status& status) const {
+    return attrs_.Labeled(f, status);
+  }
+
+  // Checks a feature's ids, bag structure, weights and num_bags shapes, and
+  // sets num_ids and num_bags (the values are checked by CheckBags).
+  absl::Status ReadBagInputs(int64_t f, const Tensor& num_bags,
+                             Feature* feature) const {
+    const Tensor& ids = *feature->ids;
+    const Tensor& splits = *feature->bag_splits;
+    feature->row_splits = attrs_.row_splits[f];
+    const char* splits_name =
+        feature->row_splits ? "row_splits" : "segment_ids";
+    if (ids.dims() != 1) {
+      return InvalidArgument("ids must be a vector, but has shape ",
+                             ids.shape().DebugString());
+    }
+    feature->num_ids = ids.dim_size(0);
+    if (splits.dims() != 1) {
+      return InvalidArgument(splits_name,
+                             " must be a vector, but has shape ",
+                             splits.shape().DebugString());
+    }
+    const Tensor& weights = *feature->weights;
+    if (weights.dims() != 1 || (weights.dim_size(0) != feature->num_ids &&
+                                weights.dim_size(0) != 0)) {
+      return InvalidArgument("weights must have shape [", feature->num_ids,
+                             "] (one per id) or [0] (unweighted), but has "
+                             "shape ",
+                             weights.shape().DebugString());
+    }
+    if (feature->row_splits) {
+      if (splits.dim_size(0) < 1) {
+        return InvalidArgument(
+            "row_splits must have at least one element (rows + 1), but has "
+            "shape ",
+            splits.shape().DebugString());
+      }
+      feature->num_bags = splits.dim_size(0) - 1;
+      if (num_bags.dims() != 0) {
+        return InvalidArgument("num_bags must be a scalar, not shape ",
+                               num_bags.shape().DebugString());
+      }
+      const int64_t given = num_bags.scalar<int64_t>()();
+      if (given != -1 && given != feature->num_bags) {
+        return InvalidArgument(
+            "num_bags = ", given, " but row_splits has ", splits.dim_size(0),
+            " elements, so ", feature->num_bags,
+            " rows: pass -1 (the rows the splits give) or their number");
+      }
+      return absl::OkStatus();
+    }
+    if (splits.dim_size(0) != feature->num_ids) {
+      return InvalidArgument(
+          "segment_ids must have the same size as ids: ids has ",
+          feature->num_ids, " elements, segment_ids has ", splits.dim_size(0));
+    }
+    return ReadNumSegments(num_bags, "num_bags", &feature->num_bags);
+  }
+
+  // Checks the feature's segment ids or row splits and, unless offsets is
+  // null, writes its bags' offsets[0..num_bags].
+  static absl::Status CheckBags(const Feature& feature, int64_t* offsets) {
+    return feature.row_splits
+               ? RowSplitsToOffsets(*feature.bag_splits, feature.num_ids,
+                                    offsets)
+               : SegmentIdsToOffsets(*feature.bag_splits, feature.num_bags,
+                                     offsets);
+  }
+
+  static absl::Status CheckFeatureIds(const Feature& feature) {
+    return CheckIds(*feature.ids, feature.table.rows,
+                    feature.row_splits ? nullptr : feature.bag_splits);
+  }
+
+  const KernelVariant* variant_ = nullptr;
+  int64_t max_threads_ = 0;
+  BatchedAttrs attrs_;
+  int64_t num_features_ = 0;
+  bool concat_ = false;
+};
+REGISTER_KERNEL_BUILDER(
+    Name("BatchedFusedDecodeAxpy").Device(tensorflow::DEVICE_CPU),
+    BatchedFusedDecodeAxpyOp);
+
+}  // namespace
+}  // namespace tfce
