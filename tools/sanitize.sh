@@ -22,6 +22,7 @@ start=$SECONDS
 # minute a row): pass them as arguments when there is time.
 T=tests/tf_compressed_embedding
 TESTS=("$T/test_lookup_op.py" "$T/test_fused_decode_axpy_op.py"
+       "$T/test_batched_op.py"
        "$T/test_sparse_api.py" "$T/test_gradients.py" "$T/test_savedmodel.py")
 
 out=build/asan

@@ -31,6 +31,7 @@ echo "== op tests on the Bazel-built library"
 TFCE_OPS_LIBRARY="$PWD/bazel-bin/kernels/_ops.so" "$PYTHON" -m pytest -q \
   -p no:cacheprovider "${PARALLEL[@]}" tests/tf_compressed_embedding/test_lookup_op.py \
   tests/tf_compressed_embedding/test_fused_decode_axpy_op.py \
+  tests/tf_compressed_embedding/test_batched_op.py \
   tests/tf_compressed_embedding/test_sparse_api.py \
   tests/tf_compressed_embedding/test_savedmodel.py
 

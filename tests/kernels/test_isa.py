@@ -11,7 +11,8 @@ import tf_compressed_embedding as tfce
 from repo_paths import ROOT
 
 OP_TEST_FILES = ["tests/tf_compressed_embedding/test_lookup_op.py",
-                 "tests/tf_compressed_embedding/test_fused_decode_axpy_op.py"]
+                 "tests/tf_compressed_embedding/test_fused_decode_axpy_op.py",
+                 "tests/tf_compressed_embedding/test_batched_op.py"]
 
 
 def run_python(code, **env):

@@ -1,0 +1,420 @@
+"""BatchedFusedDecodeAxpy against its reference semantics, a loop of
+FusedDecodeAxpy calls (bit for bit: each bag is pooled by the same kernel in
+the same order), and against the float64 numpy reference; its bad inputs,
+each named with its feature (docs/bad_input_matrix.md, 4d). Runs on the ISA
+row chosen by TFCE_ISA (test_isa.py re-runs this file on every row).
+"""
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+import reference
+import tf_compressed_embedding as tfce
+from tf_compressed_embedding import _loader, quantization
+from tf_compressed_embedding.ops import _with_max_threads
+
+FORMATS = quantization.FORMATS
+COMBINERS = ("sum", "mean", "sqrtn")
+DIMS = list(range(1, 34)) + [64, 128, 129]
+
+
+def random_feature(rng, fmt, dim, rows=37, batch=9, max_len=6,
+                   ragged=True, weighted=False, id_dtype=tf.int64):
+    """(CompressedTable, ids, weights): ids a RaggedTensor [batch, (ids)] or
+    its SparseTensor, with empty rows; weights of the same structure."""
+    ct = tfce.quantize(reference.random_table(rng, rows, dim), fmt)
+    lengths = rng.integers(0, max_len + 1, size=batch)
+    lengths[0] = 0
+    values = rng.integers(0, rows, size=lengths.sum())
+    ids = tf.RaggedTensor.from_row_lengths(tf.constant(values, id_dtype),
+                                           lengths)
+    weights = None
+    if weighted:
+        weights = tf.RaggedTensor.from_row_lengths(
+            rng.uniform(0.5, 1.5, lengths.sum()).astype(np.float32), lengths)
+    if not ragged:
+        ids = ids.to_sparse()
+        weights = None if weights is None else weights.to_sparse()
+    return ct, ids, weights
+
+
+def one_by_one(ct, ids, weights, combiner):
+    """The reference: FusedDecodeAxpy on one feature, with the batched op's
+    row count (dense_shape[0] for sparse ids)."""
+    if isinstance(ids, tf.RaggedTensor):
+        segment_ids, values, rows = ids.value_rowids(), ids.flat_values, ids.nrows()
+        w = None if weights is None else weights.flat_values
+    else:
+        segment_ids, values, rows = ids.indices[:, 0], ids.values, ids.dense_shape[0]
+        w = None if weights is None else weights.values
+    return tfce.fused_decode_axpy(ct, values, segment_ids, w, combiner,
+                                  num_segments=rows)
+
+
+def numpy_reference(ct, ids, weights, combiner):
+    if isinstance(ids, tf.SparseTensor):
+        ids = tf.RaggedTensor.from_sparse(ids)
+        weights = None if weights is None else tf.RaggedTensor.from_sparse(weights)
+    w = None if weights is None else weights.flat_values.numpy()
+    return reference.pool_table(ct, ids.flat_values.numpy(),
+                                ids.value_rowids().numpy(), w, combiner,
+                                int(ids.nrows()))
+
+
+class BatchedValuesTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.product(combiner=COMBINERS, weighted=(False, True),
+                           id_dtype=(tf.int32, tf.int64))
+    def test_every_format_and_dim_equals_per_table_op(self, combiner,
+                                                      weighted, id_dtype):
+        rng = np.random.default_rng(21)
+        features = [random_feature(rng, FORMATS[i % len(FORMATS)], dim,
+                                   ragged=i % 2 == 0, weighted=weighted,
+                                   id_dtype=id_dtype)
+                    for i, dim in enumerate(DIMS)]
+        tables, ids, weights = zip(*features)
+        got = tfce.batched_embedding_lookup_sparse(
+            tables, ids, list(weights), combiners=combiner)
+        self.assertLen(got, len(features))
+        for f, (ct, i, w) in enumerate(features):
+            self.assertAllEqual(got[f], one_by_one(ct, i, w, combiner),
+                                msg=f"feature {f}: {ct.format} dim {ct.dim}")
+        # And within the float32 bound of the float64 numpy reference.
+        for f in (0, 5, 17, len(features) - 1):
+            want, bound = numpy_reference(*features[f], combiner)
+            self.assertAllLessEqual(np.abs(got[f].numpy() - want) - bound, 0)
+
+    def test_concat_is_the_outputs_side_by_side(self):
+        rng = np.random.default_rng(22)
+        features = [random_feature(rng, fmt, dim, ragged=dim % 2 == 0)
+                    for fmt, dim in zip(FORMATS * 3, range(3, 40, 3))]
+        tables, ids, _ = zip(*features)
+        combiners = [COMBINERS[f % 3] for f in range(len(features))]
+        apart = tfce.batched_embedding_lookup_sparse(tables, ids,
+                                                     combiners=combiners)
+        together = tfce.batched_embedding_lookup_sparse(
+            tables, ids, combiners=combiners, concat=True)
+        self.assertAllEqual(together, np.concatenate(apart, axis=1))
+
+    def test_features_sharing_a_table_and_different_batch_sizes(self):
+        rng = np.random.default_rng(23)
+        ct = tfce.quantize(reference.random_table(rng, 50, 16), "int8")
+        user = tf.ragged.constant([[3, 4, 4]], tf.int64)  # one row
+        candidates = tf.ragged.constant([[1], [2], [49], [0]], tf.int64)
+        got = tfce.batched_embedding_lookup_sparse(
+            [ct, ct], [user, candidates], combiners=["mean", "sum"])
+        self.assertAllEqual(got[0], one_by_one(ct, user, None, "mean"))
+        self.assertAllEqual(got[1], one_by_one(ct, candidates, None, "sum"))
+
+    @parameterized.parameters(*FORMATS)
+    def test_empty_features_and_zero_width_tables(self, fmt):
+        rng = np.random.default_rng(24)
+        ct = tfce.quantize(reference.random_table(rng, 10, 5), fmt)
+        no_rows = tf.RaggedTensor.from_row_splits(tf.zeros([0], tf.int64), [0])
+        no_ids = tf.RaggedTensor.from_row_lengths(tf.zeros([0], tf.int64),
+                                                  [0, 0, 0])
+        some = tf.ragged.constant([[1, 2], [], [9]], tf.int64)
+        got = tfce.batched_embedding_lookup_sparse(
+            [ct, ct, ct], [no_rows, no_ids, some], combiners="mean")
+        self.assertEqual(got[0].shape, (0, 5))
+        self.assertAllEqual(got[1], np.zeros((3, 5)))
+        self.assertAllEqual(got[2], one_by_one(ct, some, None, "mean"))
+        # A zero-width (int8_split [V, 0]) table still checks its ids.
+        wide0 = tfce.CompressedTable(np.zeros((10, 0), np.int8),
+                                     np.zeros(10, np.float32), "int8_split")
+        got = tfce.batched_embedding_lookup_sparse(
+            [wide0, ct], [some, some], concat=True)
+        self.assertAllEqual(got, one_by_one(ct, some, None, "mean"))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"feature 0: ids\[1\] = 12 is not in \[0, 10\)"):
+            tfce.batched_embedding_lookup_sparse(
+                [wide0], [tf.ragged.constant([[1, 12]], tf.int64)])
+
+    def test_graph_mode_static_shapes(self):
+        rng = np.random.default_rng(25)
+        cts = [tfce.quantize(reference.random_table(rng, 20, d), fmt)
+               for d, fmt in [(8, "int4"), (12, "fp16"), (3, "int8_split")]]
+
+        @tf.function(input_signature=[
+            tf.RaggedTensorSpec([None, None], tf.int64),
+            tf.SparseTensorSpec([None, None], tf.int64)])
+        def apart(ragged, sparse):
+            return tfce.batched_embedding_lookup_sparse(
+                cts, [ragged, sparse, ragged])
+
+        @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+        def together(ragged):
+            return tfce.batched_embedding_lookup_sparse(
+                cts, [ragged] * 3, concat=True)
+
+        shapes = [o.shape.as_list()
+                  for o in apart.get_concrete_function().structured_outputs]
+        self.assertEqual(shapes, [[None, 8], [None, 12], [None, 3]])
+        self.assertEqual(together.get_concrete_function().structured_outputs
+                         .shape.as_list(), [None, 23])
+        ragged = tf.ragged.constant([[1, 2], [3]], tf.int64)
+        eager = tfce.batched_embedding_lookup_sparse(cts, [ragged] * 3,
+                                                     concat=True)
+        self.assertAllEqual(together(ragged), eager)
+
+    def test_split_over_threads_equals_one_thread(self):
+        # Enough work that the op cuts features into tiles over the pool
+        # (bags of 20 ids, 600 bags a feature): results do not depend on it.
+        rng = np.random.default_rng(26)
+        features = [random_feature(rng, FORMATS[f % len(FORMATS)], 16 + f,
+                                   rows=3000, batch=600, max_len=40,
+                                   ragged=f % 2 == 0, weighted=True)
+                    for f in range(12)]
+        tables, ids, weights = zip(*features)
+
+        def run(max_threads):
+            @tf.function
+            def f():
+                out = tfce.batched_embedding_lookup_sparse(
+                    tables, ids, list(weights), concat=True)
+                return _with_max_threads(out, max_threads)
+            return f()
+
+        self.assertAllEqual(run(0), run(1))
+        self.assertAllEqual(
+            run(0), np.concatenate([one_by_one(ct, i, w, "mean")
+                                    for ct, i, w in features], axis=1))
+
+    def test_segment_id_inputs_with_gaps_and_trailing_empty_bags(self):
+        rng = np.random.default_rng(27)
+        ct = tfce.quantize(reference.random_table(rng, 30, 7), "int8")
+        ids = np.array([4, 5, 6, 7], np.int64)
+        segment_ids = np.array([1, 1, 4, 4], np.int64)
+        got = _loader.ops().batched_fused_decode_axpy(
+            tables=[ct.data], scales=[tf.zeros([0])], ids=[ids],
+            bag_splits=[segment_ids], weights=[tf.zeros([0])],
+            num_bags=[np.int64(7)], row_formats=["int8_rowwise"],
+            dims=[7], combiners=["sum"], bag_kinds=["segment_ids"],
+            num_outputs=1)
+        self.assertAllEqual(got[0], tfce.fused_decode_axpy(
+            ct, ids, segment_ids, num_segments=7))
+
+
+def raw_batched(features, concat=False, names=(), **overrides):
+    """The raw op on `features`: dicts with table, scales, ids, bag_splits,
+    weights, num_bags and the attrs row_format, dim, combiner, bag_kind."""
+    lists = {key: [f[key] for f in features]
+             for key in ("table", "scales", "ids", "bag_splits", "weights",
+                         "num_bags", "row_format", "dim", "combiner",
+                         "bag_kind")}
+    args = dict(tables=lists["table"], scales=lists["scales"],
+                ids=lists["ids"], bag_splits=lists["bag_splits"],
+                weights=lists["weights"], num_bags=lists["num_bags"],
+                row_formats=lists["row_format"], dims=lists["dim"],
+                combiners=lists["combiner"], bag_kinds=lists["bag_kind"],
+                concat=concat, num_outputs=1 if concat else len(features),
+                feature_names=list(names))
+    args.update(overrides)
+    return _loader.ops().batched_fused_decode_axpy(**args)
+
+
+class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
+    """Bad-input matrix 4d: every error names the feature, eagerly and in a
+    graph, and says what FusedDecodeAxpy would say of that input."""
+
+    def feature(self, fmt="int8", rows=10, dim=4, ids=(1, 2), splits=(0, 0),
+                kind="segment_ids", num_bags=2, weights=None):
+        data, scales = quantization.encode(np.ones((rows, dim), np.float32), fmt)
+        return dict(table=data, scales=scales, ids=np.array(ids, np.int64),
+                    bag_splits=np.array(splits, np.int64),
+                    weights=(np.zeros([0], np.float32) if weights is None
+                             else np.asarray(weights, np.float32)),
+                    num_bags=np.int64(num_bags),
+                    row_format=quantization.op_row_format(fmt),
+                    dim=dim if fmt in quantization.ROWWISE_FORMATS else -1,
+                    combiner="sum", bag_kind=kind)
+
+    def assert_invalid(self, pattern, features, concat=False, names=()):
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, pattern):
+            raw_batched(features, concat, names)
+        tensors = [{k: tf.constant(v) if isinstance(v, np.ndarray | np.generic)
+                    else v for k, v in f.items()} for f in features]
+        keys = [k for k, v in features[0].items() if isinstance(v, np.ndarray | np.generic)]
+        flat = [t[k] for t in tensors for k in keys]
+
+        @tf.function(input_signature=[tf.TensorSpec(None, a.dtype) for a in flat])
+        def graph(*a):
+            it = iter(a)
+            fs = [dict(f, **{k: next(it) for k in keys}) for f in features]
+            return raw_batched(fs, concat, names)
+
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, pattern):
+            graph(*flat)
+
+    @parameterized.parameters(*FORMATS)
+    def test_bad_id_names_feature_position_and_segment(self, fmt):
+        good = self.feature(fmt)
+        bad = self.feature(fmt, ids=(1, 10), splits=(0, 1))
+        self.assert_invalid(
+            r"feature 1: ids\[1\] = 10 \(in segment 1\) is not in \[0, 10\)",
+            [good, bad])
+        self.assert_invalid(
+            r"feature 1 \('item'\): ids\[1\] = 10 \(in segment 1\)",
+            [good, bad], names=("user", "item"))
+        ragged = self.feature(fmt, ids=(-1, 1), splits=(0, 2), kind="row_splits",
+                              num_bags=-1)
+        self.assert_invalid(r"feature 0: ids\[0\] = -1 is not in \[0, 10\)",
+                            [ragged, bad])
+
+    def test_first_feature_with_a_bad_id_is_reported(self):
+        # Both bad: the report does not depend on which thread saw which.
+        bad = [self.feature(ids=(1, 99), splits=(0, 1)) for _ in range(3)]
+        self.assert_invalid(r"feature 1: ids\[1\] = 99", [self.feature()] + bad)
+
+    def test_segment_ids(self):
+        self.assert_invalid(r"feature 1: segment_ids are not sorted",
+                            [self.feature(), self.feature(splits=(1, 0))])
+        self.assert_invalid(r"feature 1: segment_ids\[1\] = 2 is not in \[0, 2\)",
+                            [self.feature(), self.feature(splits=(0, 2))])
+        self.assert_invalid(r"feature 0: segment_ids must have the same size as ids",
+                            [self.feature(splits=(0,))])
+        self.assert_invalid(r"feature 0: segment_ids must be a vector",
+                            [self.feature(splits=[[0, 0]])])
+
+    def test_row_splits(self):
+        def ragged(splits, num_bags=-1, ids=(1, 2)):
+            return self.feature(ids=ids, splits=splits, kind="row_splits",
+                                num_bags=num_bags)
+        self.assert_invalid(r"feature 1: row_splits\[0\] = 1 must be 0",
+                            [ragged((0, 2)), ragged((1, 2))])
+        self.assert_invalid(r"feature 0: row_splits are not sorted: "
+                            r"row_splits\[1\] = 2 > row_splits\[2\] = 1",
+                            [ragged((0, 2, 1, 2))])
+        self.assert_invalid(r"feature 0: row_splits\[1\] = 3 must be the "
+                            r"number of ids, 2", [ragged((0, 3))])
+        self.assert_invalid(r"feature 0: row_splits must have at least one",
+                            [ragged(np.zeros([0], np.int64), ids=())])
+        self.assert_invalid(r"feature 0: num_bags = 3 but row_splits has 2 "
+                            r"elements, so 1 rows", [ragged((0, 2), num_bags=3)])
+        self.assert_invalid(r"feature 0: row_splits must be a vector",
+                            [ragged([[0, 2]])])
+
+    def test_ids_weights_and_num_bags(self):
+        self.assert_invalid(r"feature 0: ids must be a vector",
+                            [self.feature(ids=[[1, 2]])])
+        self.assert_invalid(r"feature 1: weights must have shape \[2\] \(one "
+                            r"per id\) or \[0\]",
+                            [self.feature(), self.feature(weights=[1.0])])
+        self.assert_invalid(r"feature 0: num_bags = -1 must be >= 0",
+                            [self.feature(num_bags=-1)])
+        f = self.feature()
+        f["num_bags"] = np.array([2], np.int64)
+        self.assert_invalid(r"feature 0: num_bags must be a scalar", [f])
+
+    def test_table_and_scales_checks_apply(self):
+        f = self.feature("int8_split")
+        f["scales"] = np.ones(3, np.float32)
+        self.assert_invalid(r"feature 0: scales must have one float32 per "
+                            r"table row", [f])
+        g = self.feature("int8")
+        g["scales"] = np.ones(10, np.float32)
+        self.assert_invalid(r"feature 1: scales must be empty", [f := self.feature(), g])
+        h = self.feature("int4", dim=5)
+        h["table"] = h["table"][:, :-1]
+        self.assert_invalid(r"feature 0: table must have shape \[rows, 7\]", [h])
+
+    def test_concat_needs_equal_bag_counts(self):
+        self.assert_invalid(r"feature 2: has 3 bags, but feature 0 has 2: a "
+                            r"concatenated output",
+                            [self.feature(), self.feature(),
+                             self.feature(num_bags=3)], concat=True)
+
+    def test_huge_num_bags_fails_cleanly(self):
+        # Outputs above kValidateFirstElements are allocated after the ids are
+        # checked: a bad id is named, not an out-of-memory.
+        self.assert_invalid(r"feature 1: ids\[1\] = 10",
+                            [self.feature(num_bags=2**40),
+                             self.feature(ids=(1, 10), splits=(0, 1))])
+        with self.assertRaises((tf.errors.InvalidArgumentError,
+                                tf.errors.ResourceExhaustedError)):
+            raw_batched([self.feature(num_bags=2**40)])
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "more elements than int64 can count"):
+            raw_batched([self.feature(num_bags=2**62)])
+
+    def test_attrs_are_checked_when_the_graph_is_built(self):
+        f = self.feature()
+        cases = [
+            ({"combiners": ["max"]}, r"feature 0: combiner must be one of"),
+            ({"bag_kinds": ["lengths"]}, r"feature 0: bag_kinds must be "
+                                         r"'segment_ids' or 'row_splits'"),
+            ({"dims": [-1, -1]}, r"attr dims must have one entry per feature"),
+            ({"num_outputs": 2}, r"attr num_outputs must be 1"),
+            ({"feature_names": ["a", "b"]}, r"attr feature_names must be "
+                                            r"empty or have one name per"),
+            ({"row_formats": ["int4_rowwise"]},
+             r"feature 0: a table of row_format 'int4_rowwise' must be uint8"),
+        ]
+        for overrides, pattern in cases:
+            with self.subTest(overrides=overrides):
+                with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                            pattern):
+                    raw_batched([self.feature("int8_split")], **overrides)
+
+                @tf.function
+                def build():
+                    return raw_batched([self.feature("int8_split")], **overrides)
+
+                with self.assertRaisesRegex(ValueError, pattern):
+                    build.get_concrete_function()
+
+    def test_shape_function_names_the_feature_of_a_rank_error(self):
+        @tf.function
+        def build():
+            f = self.feature()
+            g = dict(f, ids=tf.zeros([2, 2], tf.int64))
+            return raw_batched([f, g])
+
+        with self.assertRaisesRegex(ValueError, r"feature 1: .*must be rank 1"):
+            build.get_concrete_function()
+
+
+class BatchedPythonApiTest(tf.test.TestCase):
+
+    def test_argument_errors(self):
+        ct = tfce.quantize(np.ones((4, 2), np.float32), "int8")
+        ids = tf.ragged.constant([[1]], tf.int64)
+        with self.assertRaisesRegex(ValueError, "at least one table"):
+            tfce.batched_embedding_lookup_sparse([], [])
+        with self.assertRaisesRegex(ValueError, r"sp_ids must have one entry "
+                                                r"per table \(2\), got 1"):
+            tfce.batched_embedding_lookup_sparse([ct, ct], [ids])
+        with self.assertRaisesRegex(ValueError, "combiners must have one entry"):
+            tfce.batched_embedding_lookup_sparse([ct], [ids],
+                                                 combiners=["sum", "mean"])
+        with self.assertRaisesRegex(ValueError, "combiner must be one of"):
+            tfce.batched_embedding_lookup_sparse([ct], [ids], combiners="max")
+        with self.assertRaisesRegex(TypeError, r"sp_ids\[0\] must be a "
+                                               r"SparseTensor or RaggedTensor"):
+            tfce.batched_embedding_lookup_sparse([ct], [tf.constant([[1]])])
+        with self.assertRaisesRegex(ValueError, "feature_names must be a list"):
+            tfce.batched_embedding_lookup_sparse([ct], [ids],
+                                                 feature_names="a")
+
+    def test_ragged_weights_with_other_row_lengths(self):
+        ct = tfce.quantize(np.ones((4, 2), np.float32), "int8")
+        ids = tf.ragged.constant([[1, 2], [3]], tf.int64)
+        weights = tf.ragged.constant([[1.0], [2.0, 3.0]])
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"sp_weights\[0\] must have the row "
+                                    r"lengths of sp_ids\[0\]"):
+            tfce.batched_embedding_lookup_sparse([ct], [ids], [weights])
+
+    def test_one_node_reads_each_table_once(self):
+        cts = [tfce.quantize(np.ones((4, 2), np.float32), fmt)
+               for fmt in ("int8", "fp16")]
+
+        @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64)])
+        def f(ids):
+            return tfce.batched_embedding_lookup_sparse(
+                [cts[0], cts[1], cts[0]], [ids] * 3, concat=True)
+
+        graph = f.get_concrete_function().graph
+        types = [op.type for op in graph.get_operations()]
+        self.assertEqual(types.count("BatchedFusedDecodeAxpy"), 1)
+        self.assertEqual(types.count("ReadVariableOp"), 2)
