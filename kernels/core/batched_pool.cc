@@ -55,19 +55,33 @@ std::vector<PoolTile> PlanPoolTiles(const PoolArgs* features,
             : std::min<int64_t>(
                   bags, std::max<int64_t>(
                             1, static_cast<int64_t>(std::ceil(cost / tile_cost))));
-    // Cut where the ids (and so most of the cost) reach k / pieces of the
-    // feature's, at a bag boundary; a tile's bags are never empty.
+    // Each cut splits the cost left evenly over the pieces left, at the bag
+    // boundary nearest to that share; a tile's bags are never empty.
+    // cost_to(b): the cost of bags [bag_begin, b), which grows with b.
+    auto cost_to = [&a](int64_t b) {
+      return PoolCost(a.bag_offsets[b] - a.bag_offsets[a.bag_begin],
+                      b - a.bag_begin, a.table.dim);
+    };
     int64_t begin = a.bag_begin;
-    for (int64_t k = 1; k <= pieces && begin < a.bag_end; ++k) {
+    for (int64_t left = pieces; left > 0 && begin < a.bag_end; --left) {
       int64_t end = a.bag_end;
-      if (k < pieces) {
-        const int64_t target = a.bag_offsets[a.bag_begin] + ids * k / pieces;
-        end = std::lower_bound(a.bag_offsets + begin + 1,
-                               a.bag_offsets + a.bag_end, target) -
-              a.bag_offsets;
-        // Bags of no ids: at least a fair share of the bags.
-        end = std::max(end, a.bag_begin + bags * k / pieces);
-        if (end <= begin) end = begin + 1;
+      if (left > 1) {
+        const double target =
+            cost_to(begin) + (cost - cost_to(begin)) / static_cast<double>(left);
+        int64_t lo = begin + 1, hi = a.bag_end;  // first b with cost >= target
+        while (lo < hi) {
+          const int64_t mid = lo + (hi - lo) / 2;
+          if (cost_to(mid) < target) {
+            lo = mid + 1;
+          } else {
+            hi = mid;
+          }
+        }
+        end = lo;
+        if (end - 1 > begin &&
+            target - cost_to(end - 1) < cost_to(end) - target) {
+          --end;
+        }
       }
       tiles.push_back(PoolTile{f, begin, end});
       begin = end;

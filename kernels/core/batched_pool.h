@@ -31,9 +31,9 @@ inline double PoolCost(int64_t ids, int64_t bags, int64_t dim) {
          static_cast<double>(bags) * static_cast<double>(dim + 8);
 }
 
-// Cuts each feature's bags [bag_begin, bag_end) into tiles estimated at
-// about `tile_cost` or less (a bag costing more is a tile of its own),
-// balanced by ids, in feature order; features without bags give no tile.
+// Cuts each feature's bags [bag_begin, bag_end) into tiles of about equal
+// cost (PoolCost), about `tile_cost` each (a bag costing more is a tile of
+// its own), in feature order; features without bags give no tile.
 // `tile_cost` <= 0 makes one tile per feature.
 std::vector<PoolTile> PlanPoolTiles(const PoolArgs* features,
                                     int64_t num_features, double tile_cost);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/core/dispatch.h"
 #include "kernels/core/kernel_api.h"
 
 namespace tfce {
@@ -210,6 +211,32 @@ struct Padded {
     return true;
   }
 };
+
+// Indices into KernelVariants(), so test names stay readable.
+inline std::vector<int> AllVariants() {
+  int n = 0;
+  KernelVariants(&n);
+  std::vector<int> all(n);
+  for (int i = 0; i < n; ++i) all[i] = i;
+  return all;
+}
+
+inline const KernelVariant& VariantAt(int index) {
+  int n = 0;
+  return KernelVariants(&n)[index];
+}
+
+// Selects `index` for the test's lifetime, or skips a variant this CPU
+// cannot run.
+#define TFCE_SELECT_VARIANT_OR_SKIP(index)                        \
+  const KernelVariant& variant_under_test = VariantAt(index);     \
+  if (!variant_under_test.cpu_can_run()) {                        \
+    GTEST_SKIP() << "kernel variant " << variant_under_test.name  \
+                 << ": this CPU cannot run it (not tested here)"; \
+  }                                                               \
+  ScopedVariantOverride selected(&variant_under_test);            \
+  const KernelVariant& variant = *SelectedVariant(nullptr);       \
+  ASSERT_EQ(&variant, &variant_under_test)
 
 }  // namespace testing
 }  // namespace tfce

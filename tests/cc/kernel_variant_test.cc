@@ -38,20 +38,6 @@ namespace tfce {
 namespace testing {
 namespace {
 
-// Indices into KernelVariants(), so test names stay readable.
-std::vector<int> AllVariants() {
-  int n = 0;
-  KernelVariants(&n);
-  std::vector<int> all(n);
-  for (int i = 0; i < n; ++i) all[i] = i;
-  return all;
-}
-
-const KernelVariant& VariantAt(int index) {
-  int n = 0;
-  return KernelVariants(&n)[index];
-}
-
 // The reference variant, the specification (the last of the list).
 const KernelVariant& ScalarVariant() {
   int n = 0;
@@ -64,18 +50,6 @@ std::vector<int64_t> Dims() {
   for (int64_t d : {64, 100, 128, 129, 257}) dims.push_back(d);
   return dims;
 }
-
-// Selects `index` for the test's lifetime, or skips a variant this CPU
-// cannot run.
-#define TFCE_SELECT_VARIANT_OR_SKIP(index)                        \
-  const KernelVariant& variant_under_test = VariantAt(index);     \
-  if (!variant_under_test.cpu_can_run()) {                        \
-    GTEST_SKIP() << "kernel variant " << variant_under_test.name  \
-                 << ": this CPU cannot run it (not tested here)"; \
-  }                                                               \
-  ScopedVariantOverride selected(&variant_under_test);            \
-  const KernelVariant& variant = *SelectedVariant(nullptr);       \
-  ASSERT_EQ(&variant, &variant_under_test)
 
 enum class IdWidth { k32, k64 };
 
