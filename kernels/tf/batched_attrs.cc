@@ -60,11 +60,13 @@ absl::Status ParseBatchedAttrs(
   attrs->combiners.assign(n, Combiner::kSum);
   attrs->row_splits.assign(n, false);
   for (int64_t f = 0; f < n; ++f) {
+    // The combiner first, as TF checks the single op's enum attr before
+    // its kernel reads the table format.
+    TF_RETURN_IF_ERROR(
+        attrs->Labeled(f, ParseCombiner(combiners[f], &attrs->combiners[f])));
     TF_RETURN_IF_ERROR(attrs->Labeled(
         f, ParseTableFormat(dtypes[f], row_formats[f], dims[f],
                             &attrs->storages[f])));
-    TF_RETURN_IF_ERROR(
-        attrs->Labeled(f, ParseCombiner(combiners[f], &attrs->combiners[f])));
     if (bag_kinds[f] != "segment_ids" && bag_kinds[f] != "row_splits") {
       return attrs->Labeled(
           f, InvalidArgument("bag_kinds must be 'segment_ids' or "

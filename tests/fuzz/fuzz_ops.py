@@ -1,4 +1,5 @@
-"""Atheris fuzzer for the raw ops CompressedEmbeddingLookup, FusedDecodeAxpy.
+"""Atheris fuzzer for the raw ops CompressedEmbeddingLookup, FusedDecodeAxpy
+and BatchedFusedDecodeAxpy.
 
 In the style of tensorflow/security/fuzzing/*_fuzz.py. One byte of an input
 picks the op, the rest draws its inputs: tables of every storage format
@@ -26,6 +27,13 @@ answer, whether the call is valid. `check` then allows exactly:
     ResourceExhaustedError.
 Anything else (another exception, a wrong value or shape, a crash, a hang)
 is reported by atheris with the case printed in the exception.
+
+A third of the inputs run 1-4 pool cases as one BatchedFusedDecodeAxpy call
+(some with their bags given as row splits, a few of those bad). Its oracle
+is the loop of single-op calls it stands for: an invalid feature must be
+named (`feature f: `) with one of its invalid inputs; when every feature is
+valid, each output must pass the single op's oracle and equal the single
+op's result bit for bit.
 
 The op never gets a valid request for a large output: `safe_num_segments`
 keeps every valid output under MAX_OUTPUT_BYTES, while huge num_segments
@@ -884,6 +892,158 @@ def pool_ok(row, want, bound):
                              np.isfinite(row) & (np.abs(row - want) <= bound)))
 
 
+# ------------------------------------------------------------------ batched
+
+
+# The batched op's name for the single op's inputs in error messages.
+BATCHED_NAMES = {"num_segments": "num_bags"}
+
+
+@dataclasses.dataclass(eq=False)
+class BatchedCase:
+    """One BatchedFusedDecodeAxpy call: feature f is FusedDecodeAxpy case
+    cases[f] (its num_segments as int64, the batched op's num_bags dtype);
+    splits[f] is None (segment ids) or the row splits that replace its
+    segment ids, with splits_ok[f] saying whether they are valid."""
+    cases: list
+    splits: list
+    splits_ok: list
+    op: str = "BatchedFusedDecodeAxpy"
+
+    def describe(self):
+        parts = []
+        for f, case in enumerate(self.cases):
+            kind = ("segment_ids" if self.splits[f] is None
+                    else f"row_splits {self.splits[f]!r}")
+            parts.append(f"--- feature {f} ({kind}):\n{case.describe()}")
+        return "\n".join(parts)
+
+
+@atheris.instrument_func
+def draw_batched(fdp):
+    """1-4 pool cases (dtypes the batched op takes: the single op's dtype
+    errors are its own), some with their bags as row splits, sometimes bad
+    ones."""
+    cases, splits, splits_ok = [], [], []
+    for _ in range(fdp.ConsumeIntInRange(1, 4)):
+        case = draw_pool(fdp)
+        if expect(case).dtype_error:
+            continue
+        x = case.inputs
+        x["num_segments"] = x["num_segments"].astype(np.int64)
+        seg, ids, ns = x["segment_ids"], x["ids"], x["num_segments"]
+        row_splits = None
+        ok = True
+        if (fdp.ConsumeBool() and seg.ndim == 1 and ids.ndim == 1
+                and len(seg) == len(ids) and ns.ndim == 0
+                and 0 <= int(ns) <= 4096 and not unsorted(seg)
+                and not bad_indices(seg, int(ns))):
+            row_splits = np.searchsorted(seg.astype(np.int64),
+                                         np.arange(int(ns) + 1)).astype(seg.dtype)
+            problem = fdp.ConsumeIntInRange(0, 15)
+            if problem == 15 and row_splits.size:  # does not start at 0
+                row_splits[0] += 1
+                ok = False
+            elif problem == 14 and row_splits.size:  # does not end at len(ids)
+                row_splits[-1] += 1
+                ok = False
+            elif problem == 13 and row_splits.size >= 3:  # decreases
+                row_splits[1] = row_splits[-1] + 1
+                ok = False
+        cases.append(case)
+        splits.append(row_splits)
+        splits_ok.append(ok)
+    if not cases:
+        return draw_pool(fdp)
+    return BatchedCase(cases, splits, splits_ok)
+
+
+def feature_expectation(batched, f):
+    """Feature f's expectation, in the batched op's input names."""
+    exp = expect(batched.cases[f])
+    rename = dict(BATCHED_NAMES)
+    if batched.splits[f] is not None:
+        rename["segment_ids"] = "row_splits"
+    invalid = tuple(rename.get(n, n) for n in exp.invalid)
+    if not batched.splits_ok[f]:
+        invalid += ("row_splits",)
+    return dataclasses.replace(
+        exp, invalid=invalid,
+        overflow=tuple(rename.get(n, n) for n in exp.overflow))
+
+
+@atheris.instrument_func
+def check_batched(batched, outcome):
+    """The batched op must do what the loop of single-op calls does: name a
+    bad feature and one of its bad inputs, or give each feature the single
+    op's result, bit for bit (and within the numpy oracle's bound)."""
+    exps = [feature_expectation(batched, f) for f in range(len(batched.cases))]
+    bad = [f for f, e in enumerate(exps) if e.invalid or e.overflow]
+    message = str(outcome) if isinstance(outcome, Exception) else ""
+    if bad:
+        named = [f for f in bad
+                 if re.search(rf"feature {f}: ", message)
+                 and names_input(message, exps[f].invalid + exps[f].overflow)]
+        if not isinstance(outcome, tf.errors.InvalidArgumentError) or not named:
+            raise Finding(f"invalid features {bad}: expected an "
+                          f"InvalidArgumentError naming one of them and "
+                          f"one of its bad inputs")
+        STATS["errors_checked"] += 1
+        return
+    total = sum(e.alloc_bytes for e in exps)
+    if total >= UNALLOCATABLE_BYTES:
+        if isinstance(outcome, tf.errors.ResourceExhaustedError) or (
+                isinstance(outcome, tf.errors.InvalidArgumentError)
+                and names_input(message, ("num_bags",))):
+            STATS["too_big_checked"] += 1
+            return
+        raise Finding(f"valid features needing {total} bytes: expected "
+                      f"ResourceExhaustedError")
+    if isinstance(outcome, Exception):
+        raise Finding("valid call failed")
+    if len(outcome) != len(batched.cases):
+        raise Finding(f"{len(outcome)} outputs for {len(batched.cases)} "
+                      f"features")
+    for f, case in enumerate(batched.cases):
+        check_outcome(case, exps[f], outcome[f])
+        single = run(case)
+        if isinstance(single, Exception) or single.shape != outcome[f].shape:
+            raise Finding(f"feature {f}: FusedDecodeAxpy gives {single!r}")
+        if single.shape.num_elements() and not np.array_equal(
+                single.numpy(), outcome[f].numpy(), equal_nan=True):
+            raise Finding(f"feature {f} differs from FusedDecodeAxpy's "
+                          f"result for it")
+
+
+def run_batched(batched):
+    STATS["op_calls"][batched.op] = STATS["op_calls"].get(batched.op, 0) + 1
+    lists = {k: [] for k in ("tables", "scales", "ids", "bag_splits",
+                             "weights", "num_bags", "row_formats", "dims",
+                             "combiners", "bag_kinds")}
+    for case, row_splits in zip(batched.cases, batched.splits):
+        x = case.inputs
+        lists["tables"].append(tf.constant(x["table"]))
+        lists["scales"].append(tf.constant(x["scales"]))
+        lists["ids"].append(tf.constant(x["ids"]))
+        lists["weights"].append(tf.constant(x["weights"]))
+        lists["row_formats"].append(case.attrs.get("row_format", "plain"))
+        lists["dims"].append(case.attrs.get("dim", -1))
+        lists["combiners"].append(case.combiner)
+        if row_splits is None:
+            lists["bag_splits"].append(tf.constant(x["segment_ids"]))
+            lists["num_bags"].append(tf.constant(x["num_segments"]))
+            lists["bag_kinds"].append("segment_ids")
+        else:
+            lists["bag_splits"].append(tf.constant(row_splits))
+            lists["num_bags"].append(tf.constant(np.int64(-1)))
+            lists["bag_kinds"].append("row_splits")
+    try:
+        return OPS.BatchedFusedDecodeAxpy(**lists,
+                                          num_outputs=len(batched.cases))
+    except (tf.errors.OpError, ValueError, TypeError) as e:
+        return e
+
+
 # ------------------------------------------------------------------ driver
 
 
@@ -903,9 +1063,16 @@ def run(case):
 
 def test_one_input(data):
     fdp = atheris.FuzzedDataProvider(data)
-    draw = draw_lookup if fdp.ConsumeBool() else draw_pool
-    case = draw(fdp)
-    check(case, run(case))
+    case = fdp.PickValueInList([draw_lookup, draw_pool, draw_batched])(fdp)
+    if isinstance(case, BatchedCase):
+        outcome = run_batched(case)
+        try:
+            check_batched(case, outcome)
+        except Finding as e:
+            raise Finding(f"{e}\n--- outcome: {str(outcome)[:500]}\n"
+                          f"{case.describe()}") from None
+    else:
+        check(case, run(case))
     STATS["runs"] += 1
     write_stats()
 

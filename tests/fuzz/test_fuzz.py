@@ -59,7 +59,8 @@ def test_bounded_fuzz_run(isa, tmp_path, record_property):
     assert stats["isa"] == isa
     assert runs >= MIN_RUNS_PER_SECOND * SECONDS, summary
     assert set(stats["op_calls"]) == {"CompressedEmbeddingLookup",
-                                      "FusedDecodeAxpy"}, summary
+                                      "FusedDecodeAxpy",
+                                      "BatchedFusedDecodeAxpy"}, summary
     # The counters lag the run by up to a second: hence the slack. About
     # half the runs are valid calls, half invalid ones.
     assert stats["results_checked"] >= runs // 10, summary

@@ -1,5 +1,5 @@
 """Run by test_concurrency.py in a fresh process (so the threads also race
-on the library's first use): many threads call both ops and one loaded
+on the library's first use): many threads call the ops and one loaded
 SavedModel at once; every result must equal the single-threaded one, bit
 for bit, and bad ids must fail the same way on every thread.
 
@@ -21,18 +21,33 @@ from tf_compressed_embedding import quantization
 def cases(rng):
     """(name, function) pairs, each function deterministic in its inputs."""
     out = []
+    tables, bags, bag_weights = [], [], []
     for fmt in quantization.FORMATS:
         for dim in (1, 12, 33, 64):
             ct = tfce.quantize(rng.standard_normal((997, dim)).astype(np.float32), fmt)
             ids = tf.constant(rng.integers(0, 997, size=300), tf.int64)
             segments = tf.constant(np.sort(rng.integers(0, 40, size=300)), tf.int64)
             weights = tf.constant(rng.standard_normal(300).astype(np.float32))
+            ragged = tf.RaggedTensor.from_value_rowids(ids, segments, nrows=40)
+            ragged_weights = tf.RaggedTensor.from_value_rowids(weights, segments,
+                                                               nrows=40)
+            tables.append(ct)
+            # Half the features sparse, half ragged: both bag kinds.
+            sparse = len(tables) % 2 == 0
+            bags.append(ragged.to_sparse() if sparse else ragged)
+            bag_weights.append(ragged_weights.to_sparse() if sparse
+                               else ragged_weights)
             out.append((f"lookup/{fmt}/{dim}",
                         lambda ct=ct, ids=ids: tfce.compressed_embedding_lookup(ct, ids)))
             for combiner in ("sum", "mean", "sqrtn"):
                 out.append((f"pool/{fmt}/{dim}/{combiner}",
                             lambda ct=ct, i=ids, s=segments, w=weights, c=combiner:
                             tfce.fused_decode_axpy(ct, i, s, w, c, num_segments=40)))
+    # Every table in one batched call, its features' bags over the threads.
+    out.append(("batched/concat", lambda: tfce.batched_embedding_lookup_sparse(
+        tables, bags, bag_weights, combiners="sqrtn", concat=True)))
+    out.append(("batched/apart", lambda: tf.concat(
+        tfce.batched_embedding_lookup_sparse(tables, bags, combiners="mean"), 1)))
     return out
 
 

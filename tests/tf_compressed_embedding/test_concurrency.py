@@ -1,4 +1,4 @@
-"""Many threads (8x the cores) calling both ops and one loaded SavedModel at
+"""Many threads (8x the cores) calling the three ops and one loaded SavedModel at
 once, as a server's request threads do, on every kernel row: results are
 identical to a single-threaded run, errors stay errors, nothing crashes."""
 import json
