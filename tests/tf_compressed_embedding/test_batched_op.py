@@ -313,7 +313,7 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
                             r"table row", [f])
         g = self.feature("int8")
         g["scales"] = np.ones(10, np.float32)
-        self.assert_invalid(r"feature 1: scales must be empty", [f := self.feature(), g])
+        self.assert_invalid(r"feature 1: scales must be empty", [self.feature(), g])
         h = self.feature("int4", dim=5)
         h["table"] = h["table"][:, :-1]
         self.assert_invalid(r"feature 0: table must have shape \[rows, 7\]", [h])
@@ -338,7 +338,6 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
             raw_batched([self.feature(num_bags=2**62)])
 
     def test_attrs_are_checked_when_the_graph_is_built(self):
-        f = self.feature()
         cases = [
             ({"combiners": ["max"]}, r"feature 0: combiner must be one of"),
             ({"bag_kinds": ["lengths"]}, r"feature 0: bag_kinds must be "
@@ -357,7 +356,7 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
                     raw_batched([self.feature("int8_split")], **overrides)
 
                 @tf.function
-                def build():
+                def build(overrides=overrides):
                     return raw_batched([self.feature("int8_split")], **overrides)
 
                 with self.assertRaisesRegex(ValueError, pattern):
