@@ -22,6 +22,7 @@ absl::Status BatchedAttrs::Labeled(int64_t f,
 absl::Status ParseBatchedAttrs(
     int64_t num_features, bool concat, int64_t num_outputs,
     const std::vector<tensorflow::DataType>& dtypes,
+    const InputListSizes& input_lists,
     const std::vector<std::string>& row_formats,
     const std::vector<int64_t>& dims,
     const std::vector<std::string>& combiners,
@@ -32,6 +33,9 @@ absl::Status ParseBatchedAttrs(
       {"Ttables", dtypes.size()},       {"row_formats", row_formats.size()},
       {"dims", dims.size()},            {"combiners", combiners.size()},
       {"bag_kinds", bag_kinds.size()},
+      {"Tids (the ids inputs)", input_lists.ids},
+      {"Tsplits (the bag_splits inputs)", input_lists.splits},
+      {"Tnum_bags (the num_bags inputs)", input_lists.num_bags},
   };
   for (const auto& [name, size] : lists) {
     if (static_cast<int64_t>(size) != n) {

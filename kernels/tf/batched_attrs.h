@@ -29,11 +29,17 @@ struct BatchedAttrs {
   absl::Status Labeled(int64_t f, const absl::Status& status) const;
 };
 
+// The lengths of the type lists of the other per-feature inputs.
+struct InputListSizes {
+  size_t ids, splits, num_bags;
+};
+
 // Checks the raw attrs (every list N long, num_outputs N or 1 as concat
 // says, each feature's format, combiner and bag kind) into *attrs.
 absl::Status ParseBatchedAttrs(
     int64_t num_features, bool concat, int64_t num_outputs,
     const std::vector<tensorflow::DataType>& dtypes,
+    const InputListSizes& input_lists,
     const std::vector<std::string>& row_formats,
     const std::vector<int64_t>& dims,
     const std::vector<std::string>& combiners,
@@ -46,10 +52,13 @@ template <typename Context>
 absl::Status ReadBatchedAttrs(Context* c, BatchedAttrs* attrs) {
   int64_t num_features = 0, num_outputs = 0;
   bool concat = false;
-  std::vector<tensorflow::DataType> dtypes;
+  std::vector<tensorflow::DataType> dtypes, ids, splits, num_bags;
   std::vector<std::string> row_formats, combiners, bag_kinds, names;
   std::vector<int64_t> dims;
   TF_RETURN_IF_ERROR(c->GetAttr("N", &num_features));
+  TF_RETURN_IF_ERROR(c->GetAttr("Tids", &ids));
+  TF_RETURN_IF_ERROR(c->GetAttr("Tsplits", &splits));
+  TF_RETURN_IF_ERROR(c->GetAttr("Tnum_bags", &num_bags));
   TF_RETURN_IF_ERROR(c->GetAttr("concat", &concat));
   TF_RETURN_IF_ERROR(c->GetAttr("num_outputs", &num_outputs));
   TF_RETURN_IF_ERROR(c->GetAttr("Ttables", &dtypes));
@@ -59,6 +68,7 @@ absl::Status ReadBatchedAttrs(Context* c, BatchedAttrs* attrs) {
   TF_RETURN_IF_ERROR(c->GetAttr("bag_kinds", &bag_kinds));
   TF_RETURN_IF_ERROR(c->GetAttr("feature_names", &names));
   return ParseBatchedAttrs(num_features, concat, num_outputs, dtypes,
+                           {ids.size(), splits.size(), num_bags.size()},
                            row_formats, dims, combiners, bag_kinds, names,
                            attrs);
 }

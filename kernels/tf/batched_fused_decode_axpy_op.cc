@@ -255,7 +255,9 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
         return InvalidArgument("num_bags must be a scalar, not shape ",
                                num_bags.shape().DebugString());
       }
-      const int64_t given = num_bags.scalar<int64_t>()();
+      const int64_t given = num_bags.dtype() == tensorflow::DT_INT32
+                                ? int64_t{num_bags.scalar<int32_t>()()}
+                                : num_bags.scalar<int64_t>()();
       if (given != -1 && given != feature->num_bags) {
         return InvalidArgument(
             "num_bags = ", given, " but row_splits has ", splits.dim_size(0),

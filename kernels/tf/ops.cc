@@ -183,12 +183,13 @@ REGISTER_OP("BatchedFusedDecodeAxpy")
     .Input("ids: Tids")
     .Input("bag_splits: Tsplits")
     .Input("weights: N * float")
-    .Input("num_bags: N * int64")
+    .Input("num_bags: Tnum_bags")
     .Output("outputs: num_outputs * float")
     .Attr("N: int >= 1")
     .Attr("Ttables: list({int8, half, uint8})")
     .Attr("Tids: list({int32, int64})")
     .Attr("Tsplits: list({int32, int64})")
+    .Attr("Tnum_bags: list({int32, int64})")
     .Attr("row_formats: list(string)")
     .Attr("dims: list(int)")
     .Attr("combiners: list(string)")
@@ -217,7 +218,7 @@ scales: N float32 vectors: [V] for int8 tables, [0] for every other.
 ids: N vectors of ids, each in [0, V) of its table.
 bag_splits: N vectors: segment ids [len(ids)] or row splits [rows + 1].
 weights: N float32 vectors: [len(ids)] per-id weights, or [0] unweighted.
-num_bags: N int64 scalars: the feature's number of output rows.
+num_bags: N int32 or int64 scalars: the feature's number of output rows.
 outputs: N float32 [num_bags[f], D_f], or one [num_bags, sum D_f] (concat).
 row_formats: each feature's table layout, as FusedDecodeAxpy's row_format.
 dims: each feature's D for rowwise formats, -1 for 'plain'.

@@ -193,6 +193,14 @@ class BatchedValuesTest(tf.test.TestCase, parameterized.TestCase):
             num_outputs=1)
         self.assertAllEqual(got[0], tfce.fused_decode_axpy(
             ct, ids, segment_ids, num_segments=7))
+        # num_bags may be int32, as FusedDecodeAxpy's num_segments.
+        got32 = _loader.ops().batched_fused_decode_axpy(
+            tables=[ct.data], scales=[tf.zeros([0])], ids=[ids],
+            bag_splits=[segment_ids], weights=[tf.zeros([0])],
+            num_bags=[np.int32(7)], row_formats=["int8_rowwise"],
+            dims=[7], combiners=["sum"], bag_kinds=["segment_ids"],
+            num_outputs=1)
+        self.assertAllEqual(got32[0], got[0])
 
 
 def raw_batched(features, concat=False, names=(), **overrides):
@@ -348,6 +356,10 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
                                             r"empty or have one name per"),
             ({"row_formats": ["int4_rowwise"]},
              r"feature 0: a table of row_format 'int4_rowwise' must be uint8"),
+            ({"ids": [np.zeros(1, np.int64)] * 2},
+             r"attr Tids \(the ids inputs\) must have one entry per feature"),
+            ({"num_bags": [np.int64(1)] * 3},
+             r"attr Tnum_bags \(the num_bags inputs\) must have one entry"),
         ]
         for overrides, pattern in cases:
             with self.subTest(overrides=overrides):
