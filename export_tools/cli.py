@@ -54,6 +54,13 @@ def build_parser():
                         help="'fused': this package's ops (a server built with them); "
                              "'stock': stock TF ops only, for an unmodified TF Serving "
                              "(default: %(default)s)")
+    parser.add_argument("--batch", action=argparse.BooleanOptionalAction, default=True,
+                        help="with --ops fused: one BatchedFusedDecodeAxpy node per "
+                             "signature for all its pooled lookups that do not depend "
+                             "on one another, so a request pays TensorFlow's per-node "
+                             "cost once instead of once per table (same outputs); "
+                             "--no-batch keeps one FusedDecodeAxpy node per lookup "
+                             "(default: batch)")
     parser.add_argument("--tables", metavar="REGEX",
                         help="convert only tables whose name or checkpoint key matches "
                              "(default: every float32 rank-2 variable read only by "
@@ -174,6 +181,10 @@ def print_summary(console, report):
                   f"{report.checkpoint_bytes_after / _GIB:.3f} GiB; tables "
                   f"{_mib(report.table_bytes_before)} MiB → "
                   f"{_mib(report.table_bytes_after)} MiB")
+    for key, nodes in sorted(report.batched_lookups.items()):
+        for features in nodes:
+            console.print(f"signature {key!r}: {features} pooled lookups in one "
+                          f"BatchedFusedDecodeAxpy node")
     if auto:
         print_auto_summary(console, report.auto)
     for name in report.kept_fp32:
@@ -255,7 +266,7 @@ def main(argv=None):
                       min_rows=args.min_rows, signatures=signatures,
                       chunk_rows=args.chunk_rows, overwrite=args.overwrite,
                       verify=args.verify, examples=examples, report=args.report,
-                      max_error=args.max_error)
+                      max_error=args.max_error, batch=args.batch)
         if args.quiet:
             report = compress_saved_model(args.src, args.dst, progress=Progress(), **kwargs)
         else:

@@ -187,7 +187,8 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
                          verify: bool = True, examples: str | None = None,
                          report: str | None = None, progress: Progress | None = None,
                          isolate: bool = True,
-                         max_error: float | None = None) -> ExportReport:
+                         max_error: float | None = None,
+                         batch: bool = True) -> ExportReport:
     """Writes a copy of SavedModel `src` to `dst` with its FP32 embedding tables
     stored compressed, with the same signatures.
 
@@ -221,6 +222,10 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
       max_error: with dtype "auto" (only): the largest absolute difference
         allowed between any float output element of the export and of the
         source, on the verification requests.
+      batch: with ops "fused": one BatchedFusedDecodeAxpy node per signature
+        for all its pooled lookups that do not depend on one another, so a
+        request pays TensorFlow's per-node cost once, not once per table
+        (the same outputs); False keeps one FusedDecodeAxpy node per lookup.
     Returns:
       An `ExportReport` (`.auto` holds what "auto" measured and chose).
     Raises:
@@ -286,7 +291,7 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
             converted = {uid: t for uid, t in chosen.items()
                          if formats[uid] != auto_plan.FP32}
             _write(source, analyses, converted, formats, ops, chunk_rows, out, progress,
-                   result)
+                   result, batch)
             if not verify:
                 break
             progress.stage("verifying in fresh processes")
@@ -434,7 +439,8 @@ def _finish_auto_report(result, plan, chosen, measured):
     auto.measured_error = measured
 
 
-def _write(source, analyses, chosen, formats, ops, chunk_rows, out, progress, result):
+def _write(source, analyses, chosen, formats, ops, chunk_rows, out, progress, result,
+           batch):
     progress.stage("rewriting signatures")
     module = output_model.ExportedModel()
     compressed, kept, streams, full_shapes = {}, {}, [], {}
@@ -462,7 +468,8 @@ def _write(source, analyses, chosen, formats, ops, chunk_rows, out, progress, re
     signature_functions, counts = {}, {}
     for analysis in analyses:
         mine = {p: uid for uid, t in chosen.items() for p in t.placeholders.get(analysis.key, ())}
-        rewritten = rewrite(analysis, mine, formats, ops)
+        rewritten = rewrite(analysis, mine, formats, ops, batch)
+        result.batched_lookups[analysis.key] = [n for _, n in rewritten.batched]
         for uid, (lookups, pooled) in rewritten.lookup_counts.items():
             total = counts.setdefault(uid, [0, 0])
             total[0] += lookups

@@ -63,6 +63,8 @@ class ExportReport:
     warmup_requests: int = 0
     warnings: list = dataclasses.field(default_factory=list)
     auto: AutoReport = None        # dtype "auto" only
+    # signature key -> features pooled by each BatchedFusedDecodeAxpy node
+    batched_lookups: dict = dataclasses.field(default_factory=dict)
 
     @property
     def table_bytes_before(self):

@@ -13,6 +13,7 @@ import dataclasses
 import tensorflow as tf
 from tensorflow.python.framework import convert_to_constants
 
+from export_tools.batch_lookups import BATCHED_OP, batch_pooled_lookups
 from export_tools.errors import ExportError, tf_error_message
 from export_tools.graph_edit import GraphEditor, infer_shapes, node_name
 from export_tools.lookup_emit import Emitter
@@ -51,6 +52,8 @@ class RewrittenSignature:
     #                        | ("external", tensor)
     lookup_counts: dict = dataclasses.field(default_factory=dict)
     #                       table uid -> (row lookups, pooled lookups) left in the graph
+    batched: list = dataclasses.field(default_factory=list)
+    #                       [(BatchedFusedDecodeAxpy node, features it pools)]
 
 
 def _inline(function):
@@ -149,17 +152,20 @@ def analyze(source, key, function):
                              names, [kwargs[n] for n in names], arg_tensors, outputs)
 
 
-def rewrite(analysis, chosen, formats, ops):
+def rewrite(analysis, chosen, formats, ops, batch=True):
     """Rewrites the lookups of the tables in `chosen` (placeholder -> table
-    uid), each stored in format `formats[uid]`. Edits `analysis.editor`: a
-    signature is rewritten once."""
+    uid), each stored in format `formats[uid]`; with `ops` "fused" and
+    `batch`, then merges the pooled lookups that do not depend on one
+    another into BatchedFusedDecodeAxpy nodes (batch_lookups.py). Edits
+    `analysis.editor`: a signature is rewritten once."""
     editor, emitter = analysis.editor, Emitter(analysis.editor, analysis.specs, ops)
-    bindings, reads = {}, {}
+    bindings, reads, table_names = {}, {}, {}
     for placeholder, uid in chosen.items():
         uses = analysis.uses[placeholder]
         table = emitter.add_table(placeholder, formats[uid],
                                   analysis.locations[placeholder].shape[1])
         reads[table.data_read] = uid
+        table_names[table.data_read] = analysis.locations[placeholder].name
         bindings[table.data_placeholder] = ("table", uid, "data")
         if table.scales_placeholder:
             bindings[table.scales_placeholder] = ("table", uid, "scales")
@@ -176,7 +182,11 @@ def rewrite(analysis, chosen, formats, ops):
         new_reads = emitter.control_inputs(table)
         for old in uses.reads + [g.node for g in uses.gathers]:
             editor.redirect_control(old, new_reads)
-    editor.prune(list(analysis.outputs.values()) + analysis.input_tensors)
+    keep = list(analysis.outputs.values()) + analysis.input_tensors
+    batched = []
+    if ops == "fused" and batch:
+        batched = batch_pooled_lookups(editor, keep, table_names)
+    editor.prune(keep)
     editor.strip_shape_attrs()
     for placeholder in chosen:
         if placeholder in editor.nodes:
@@ -193,7 +203,8 @@ def rewrite(analysis, chosen, formats, ops):
             bindings[node.name] = ("external", analysis.captures[node.name])
     return RewrittenSignature(analysis.key, editor.graph_def, analysis.input_names,
                               analysis.input_specs, analysis.input_tensors,
-                              analysis.outputs, bindings, _lookup_counts(editor, reads))
+                              analysis.outputs, bindings, _lookup_counts(editor, reads),
+                              batched)
 
 
 def _lookup_counts(editor, reads):
@@ -202,6 +213,11 @@ def _lookup_counts(editor, reads):
     uid). A stock decode counts as a row lookup (its rows GatherV2)."""
     counts = {uid: [0, 0] for uid in reads.values()}
     for node in editor.graph_def.node:
+        if node.op == BATCHED_OP:  # its first N inputs are its tables
+            for table in node.input[:node.attr["N"].i]:
+                if node_name(table) in reads:
+                    counts[reads[node_name(table)]][1] += 1
+            continue
         uid = reads.get(node_name(node.input[0])) if node.input else None
         if uid is None:
             continue

@@ -33,7 +33,7 @@ EXPORTABLE = [k for k, b in export_models.BUILDERS.items() if not k.startswith("
 FORMATS = tuple(quantization.check_format(f) for f in os.environ.get(
     "TFCE_TEST_EXPORT_FORMATS", ",".join(quantization.FORMATS)).split(","))
 VARIANTS = [(d, o) for d in FORMATS for o in ("fused", "stock")]
-FUSED_OPS = {"CompressedEmbeddingLookup", "FusedDecodeAxpy"}
+FUSED_OPS = {"CompressedEmbeddingLookup", "FusedDecodeAxpy", "BatchedFusedDecodeAxpy"}
 
 
 def tree_digest(path):
@@ -239,9 +239,19 @@ def test_checkpoint_holds_compressed_tables_only(exported, kind, variant):
     if ops == "stock":
         assert not ops_used & FUSED_OPS
     else:
-        assert "CompressedEmbeddingLookup" in ops_used or "FusedDecodeAxpy" in ops_used
+        assert ops_used & FUSED_OPS
         for node in nodes:
-            if node.op in FUSED_OPS:
+            if node.op == "BatchedFusedDecodeAxpy":  # per-feature list attrs
+                assert {tf.as_dtype(t) for t in node.attr["Ttables"].list.type} \
+                    == {storage}
+                row_formats = {f.decode() for f in node.attr["row_formats"].list.s}
+                dims = set(node.attr["dims"].list.i)
+                if dtype in quantization.ROWWISE_FORMATS:
+                    assert row_formats == {quantization.op_row_format(dtype)}
+                    assert dims <= {t.dim for t in report.tables}
+                else:
+                    assert (row_formats, dims) == ({"plain"}, {-1})
+            elif node.op in FUSED_OPS:
                 assert tf.as_dtype(node.attr["T"].type) == storage
                 if dtype in quantization.ROWWISE_FORMATS:
                     assert node.attr["row_format"].s.decode() == \
@@ -270,18 +280,56 @@ FUSED_POOLING = {"module_lookups": 10, "keras_export": 2, "keras_saved_model_sav
                  "tf1_feature_columns_partitioned": 6}
 
 
+def _pooled_features(function):
+    """(FusedDecodeAxpy nodes, BatchedFusedDecodeAxpy nodes, the features
+    they pool) in one function of a meta graph."""
+    fused = sum(n.op == "FusedDecodeAxpy" for n in function.node_def)
+    batched = [n.attr["N"].i for n in function.node_def
+               if n.op == "BatchedFusedDecodeAxpy"]
+    return fused, len(batched), fused + sum(batched)
+
+
 @pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.parametrize("kind", sorted(FUSED_POOLING))
-def test_pooled_lookups_become_fused_decode_axpy(exported, kind, dtype):
-    """Every pooled form is one FusedDecodeAxpy; no stock segment reduction
-    is left on compressed rows."""
+def test_pooled_lookups_become_one_batched_node(exported, kind, dtype):
+    """Every pooled form is fused; a signature's independent pooled lookups
+    are one BatchedFusedDecodeAxpy (a lone one stays a FusedDecodeAxpy); no
+    stock segment reduction is left on compressed rows."""
     e = exported(kind)
     meta = _meta_graph(e.paths[dtype, "fused"])
     counts = collections.Counter(n.op for f in meta.graph_def.library.function
                                  for n in f.node_def)
-    assert counts["FusedDecodeAxpy"] == FUSED_POOLING[kind]
+    features = 0
+    for function in meta.graph_def.library.function:
+        fused, batched, pooled = _pooled_features(function)
+        features += pooled
+        if pooled >= 2:  # no model here chains one pooled lookup into another
+            assert (fused, batched) == (0, 1), function.signature.name
+    assert features == FUSED_POOLING[kind]
     for op in ("SparseSegmentSum", "SparseSegmentMean", "SparseSegmentSqrtN", "SegmentSum"):
         assert counts[op] == 0, op
+
+
+@pytest.mark.parametrize("kind", sorted(FUSED_POOLING))
+def test_batched_export_equals_one_node_per_lookup(exported, kind, tmp_path):
+    """The batched node's outputs are those of the FusedDecodeAxpy nodes it
+    replaces (--no-batch), bit for bit, through both loaders: every pooled
+    source kind the tool rewrites."""
+    e = exported(kind)
+    apart = str(tmp_path / "no_batch")
+    report = compress_saved_model(e.built.path, apart, dtype="int8", ops="fused",
+                                  min_rows=1, chunk_rows=7, verify=False,
+                                  isolate=False, batch=False)
+    assert not any(report.batched_lookups.values())
+    meta = _meta_graph(apart)
+    assert all(_pooled_features(f)[1] == 0 for f in meta.graph_def.library.function)
+    got = run_models(str(tmp_path), "no_batch", [apart], e.built.examples,
+                     load_ops=True)[apart]
+    _no_errors(got)
+    want = e.outputs["int8", "fused"]
+    assert sorted(got) == sorted(want)
+    for key, value in got.items():
+        np.testing.assert_array_equal(value, want[key], err_msg=key)
 
 
 def test_fused_export_needs_the_ops_and_stock_does_not(exported, tmp_path):

@@ -1,0 +1,153 @@
+"""Merging a rewritten signature's pooled lookups into BatchedFusedDecodeAxpy
+nodes: one node for every set of FusedDecodeAxpy nodes that do not depend
+on one another.
+
+TensorFlow's executor costs about as much per node as a whole pooled lookup
+of a few ids, so a model with a hundred sparse features pays it a hundred
+times per request; the batched op pays it once and spreads the features'
+bags over the intra-op threads. Its reference semantics are the loop of
+FusedDecodeAxpy calls it replaces (each bag pooled by the same kernel in the
+same order), so outputs do not change.
+
+Nodes are grouped by level: a lookup's level is one more than the highest
+level of the lookups it depends on (through data or control edges), so no
+two lookups of a level depend on each other and merging them cannot make a
+cycle. In a model whose ids come straight from its inputs every lookup has
+level 1: one node for all of them.
+"""
+import collections
+
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
+
+from export_tools.graph_edit import node_name, output_index
+
+BATCHED_OP = "BatchedFusedDecodeAxpy"
+# FusedDecodeAxpy's inputs, in order.
+_INPUTS = ("table", "scales", "ids", "segment_ids", "weights", "num_segments")
+
+
+def batch_pooled_lookups(editor, keep, feature_names):
+    """Replaces every level of two or more FusedDecodeAxpy nodes by one
+    BatchedFusedDecodeAxpy node whose outputs feed their consumers.
+
+    `keep`: tensor names the signature outputs or feeds; a merged node named
+    there stays, as an Identity of its batched output. `feature_names`:
+    {table read tensor: table name}, for the batched op's error messages.
+    Returns [(batched node, number of features)].
+    """
+    fused = [n.name for n in editor.graph_def.node if n.op == "FusedDecodeAxpy"]
+    if len(fused) < 2:
+        return []
+    levels = _levels(editor, set(fused))
+    by_level = collections.defaultdict(list)
+    for name in fused:
+        by_level[levels[name]].append(name)
+    kept = {node_name(k) for k in keep}
+    merged = []
+    for level in sorted(by_level):
+        names = by_level[level]
+        if len(names) >= 2:
+            merged.append((_merge(editor, names, kept, feature_names), len(names)))
+    editor._reindex()  # noqa: SLF001 - consumers were rewired in place
+    return merged
+
+
+def _levels(editor, fused):
+    """{node: the number of `fused` nodes on the longest path from the
+    graph's sources to it, itself included}, over data and control edges."""
+    level = {}
+    for start in editor.nodes:
+        stack = [(start, False)]
+        while stack:
+            name, inputs_done = stack.pop()
+            if name in level:
+                continue
+            inputs = [node_name(i) for i in editor.nodes[name].input]
+            if not inputs_done:
+                stack.append((name, True))
+                stack.extend((i, False) for i in inputs if i not in level)
+                continue
+            level[name] = (max((level[i] for i in inputs), default=0)
+                           + (name in fused))
+    return level
+
+
+def _list_attr(values, kind):
+    return attr_value_pb2.AttrValue(
+        list=attr_value_pb2.AttrValue.ListValue(**{kind: values}))
+
+
+def _merge(editor, names, kept, feature_names):
+    """One batched node for FusedDecodeAxpy nodes `names`; returns its name."""
+    nodes = [editor.nodes[n] for n in names]
+    inputs = {key: [n.input[i] for n in nodes] for i, key in enumerate(_INPUTS)}
+    controls = sorted({i for n in nodes for i in n.input[len(_INPUTS):]})
+
+    def attr_of(node, key, default=None):
+        return node.attr[key] if key in node.attr else default
+
+    row_formats, dims = [], []
+    for n in nodes:
+        row_format = attr_of(n, "row_format")
+        row_formats.append(row_format.s if row_format is not None else b"plain")
+        dim = attr_of(n, "dim")
+        dims.append(dim.i if dim is not None else -1)
+    combiners = [n.attr["combiner"].s if "combiner" in n.attr else b"sum"
+                 for n in nodes]
+    name = editor.unique_name("tfce_batched_lookup")
+    editor.add(
+        name, BATCHED_OP,
+        inputs["table"] + inputs["scales"] + inputs["ids"] + inputs["segment_ids"]
+        + inputs["weights"] + inputs["num_segments"] + controls,
+        N=len(nodes),
+        Ttables=_list_attr([n.attr["T"].type for n in nodes], "type"),
+        Tids=_list_attr([_type(n, "Tidx") for n in nodes], "type"),
+        Tsplits=_list_attr([_type(n, "Tseg") for n in nodes], "type"),
+        Tnum_bags=_list_attr([_type(n, "Tnumsegments") for n in nodes], "type"),
+        row_formats=_list_attr(row_formats, "s"),
+        dims=_list_attr(dims, "i"),
+        combiners=_list_attr(combiners, "s"),
+        bag_kinds=_list_attr([b"segment_ids"] * len(nodes), "s"),
+        concat=False, num_outputs=len(nodes),
+        feature_names=_list_attr(
+            [feature_names.get(n.input[0], n.name).encode() for n in nodes], "s"))
+    outputs = {n.name: f"{name}:{k}" for k, n in enumerate(nodes)}
+    for old in names:
+        editor.remove(old)
+    for node in editor.graph_def.node:
+        for pos, inp in enumerate(node.input):
+            source = node_name(inp)
+            if source not in outputs:
+                continue
+            if inp.startswith("^"):
+                node.input[pos] = "^" + name
+            else:
+                assert output_index(inp) == 0, inp  # FusedDecodeAxpy has one output
+                node.input[pos] = outputs[source]
+    for old in names:
+        if old in kept:
+            editor.add(old, "Identity", [outputs[old]], T=tf.float32)
+    _dedupe_control_inputs(editor)
+    return name
+
+
+def _type(node, key):
+    """A type attr of FusedDecodeAxpy, its default (int64) when absent."""
+    return node.attr[key].type if key in node.attr else tf.int64.as_datatype_enum
+
+
+def _dedupe_control_inputs(editor):
+    """Two merged nodes may both have been control inputs of one node: keep
+    one '^batched' each (TF refuses duplicate control inputs)."""
+    for node in editor.graph_def.node:
+        seen, kept = set(), []
+        for inp in node.input:
+            if inp.startswith("^"):
+                if inp in seen:
+                    continue
+                seen.add(inp)
+            kept.append(inp)
+        if len(kept) != len(node.input):
+            del node.input[:]
+            node.input.extend(kept)
