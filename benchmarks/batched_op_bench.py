@@ -285,7 +285,7 @@ def report(rows, meta, quick):
         t = {s: by.get((*cell, s)) for s in SYSTEMS}
         check = next(r for r in rows if (r["tables"], r["L"], r["threads"]) == cell)
 
-        def ratio(a, b):
+        def ratio(a, b, t=t):
             return (f"{t[a] / t[b]:.2f}" if t[a] and t[b] else "-")
         lines.append(md.row([
             *map(str, cell), *(f"{t[s]:.0f}" if t[s] else "-" for s in SYSTEMS),
