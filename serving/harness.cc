@@ -11,6 +11,7 @@
 // assets.extra/tf_serving_warmup_requests), decoded by prediction_log.cc.
 
 #include <dlfcn.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -237,7 +238,16 @@ struct RunStats {
   int threads;
   long requests;
   double p50_ms, p99_ms, mean_ms, throughput_rps, seconds;
+  // The process's CPU time (every thread: clients, TF's pools) over the
+  // run, per request: what a request costs a loaded server.
+  double cpu_ms_per_request;
 };
+
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 // `iterations` requests (cycling through `requests`) issued by `threads`
 // client threads that each take the next request as soon as the last returns.
@@ -264,10 +274,12 @@ RunStats Replay(tensorflow::Session* session,
     }
   };
   auto start = Clock::now();
+  const double cpu_start = ProcessCpuSeconds();
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) pool.emplace_back(client, t);
   for (auto& thread : pool) thread.join();
   double seconds = Seconds(start);
+  const double cpu_seconds = ProcessCpuSeconds() - cpu_start;
   for (const auto& error : errors) Check(error, "Session::Run failed");
 
   std::vector<double> all;
@@ -281,7 +293,8 @@ RunStats Replay(tensorflow::Session* session,
           Percentile(all, 99),
           all.empty() ? 0.0 : sum / all.size(),
           seconds > 0 ? all.size() / seconds : 0.0,
-          seconds};
+          seconds,
+          all.empty() ? 0.0 : cpu_seconds * 1e3 / all.size()};
 }
 
 // Writes every output of every request: a TFRecord of NamedTensorProto, one
@@ -434,7 +447,8 @@ int Main(const Options& o) {
          << ", \"p99_ms\": " << Number(r.p99_ms)
          << ", \"mean_ms\": " << Number(r.mean_ms)
          << ", \"throughput_rps\": " << Number(r.throughput_rps)
-         << ", \"seconds\": " << Number(r.seconds) << "}";
+         << ", \"seconds\": " << Number(r.seconds)
+         << ", \"cpu_ms_per_request\": " << Number(r.cpu_ms_per_request) << "}";
   }
   json << "]}\n";
   std::fputs(json.str().c_str(), stdout);

@@ -10,15 +10,19 @@ FP32 against its INT8/INT4/FP16 exports, stock and fused.
    as the other fast FP32 graph stock TF expresses (gather + segment_mean, no
    Unique); the faster of the two is the "fastest FP32" baseline.
 2. Exports the first with tfce-export: int8, int4 and fp16, `--ops stock`
-   (the naive decode) and `--ops fused`, each verified, int8_split fused
-   (the 0.1.0 int8 layout, scales in a separate array), and `--dtype auto`
-   fused (a format per table) with `--max-error` twice what the int8 export
-   measured (`--auto-max-error` sets it).
-3. Writes a request log of 256-candidate requests (PredictionLog TFRecord)
-   and serves every variant in the C++ harness (serving/harness: TF's
-   LoadSavedModel + Session::Run, TF Serving's loader), in rounds, variants
-   interleaved, each in a fresh process: p50/p99 latency and throughput at 1
-   and 2 client threads, load time, resident memory.
+   (the naive decode) and `--ops fused --no-batch` (one FusedDecodeAxpy per
+   pooled lookup), each verified, int8_split fused (the 0.1.0 int8 layout,
+   scales in a separate array), `--dtype auto` fused (a format per table)
+   with `--max-error` twice what the int8 export measured
+   (`--auto-max-error` sets it), and int8 batched (the export's default:
+   one BatchedFusedDecodeAxpy node for all 100 pooled lookups).
+3. Writes request logs (PredictionLog TFRecord) of 256, 16 and 1 candidates
+   (`--batches`) and serves every variant with the first, the FP32, INT8
+   fused and INT8 batched variants with all, in the C++ harness
+   (serving/harness: TF's LoadSavedModel + Session::Run, TF Serving's
+   loader), in rounds, variants interleaved, each in a fresh process:
+   p50/p99 latency, throughput and CPU time per request at 1 and 2 client
+   threads, load time, resident memory.
 4. Prints the table, writes benchmarks/results/serving.csv and serving.png
    and the `serving` section of benchmarks/RESULTS.md.
 Needs ~16 GiB of disk in the work dir and ~10 GiB of RAM; ~30-40 min on 2 cores.
@@ -40,23 +44,30 @@ from _harness import charts, markdown as md, results  # noqa: E402  (benchmarks/
 
 RESULTS = results.RESULTS_DIR
 TITLE = "End to end: the ranking model served (`python benchmarks/serving/run.py`)"
-# name -> (source, export dtype, export ops); source "fp32" or "fp32_segment"
+# name -> (source, export dtype, export ops, batched); source "fp32" or
+# "fp32_segment". The "fused" variants have one FusedDecodeAxpy node per
+# pooled lookup (tfce-export --no-batch); "batched" one
+# BatchedFusedDecodeAxpy node for them all (the export's default).
 VARIANTS = {
-    "FP32 as exported": ("fp32", None, None),
-    "FP32 gather+segment_mean": ("fp32_segment", None, None),
-    "INT8 stock": ("fp32", "int8", "stock"),
-    "INT4 stock": ("fp32", "int4", "stock"),
-    "FP16 stock": ("fp32", "fp16", "stock"),
-    "INT8 fused": ("fp32", "int8", "fused"),
-    "INT4 fused": ("fp32", "int4", "fused"),
-    "FP16 fused": ("fp32", "fp16", "fused"),
+    "FP32 as exported": ("fp32", None, None, False),
+    "FP32 gather+segment_mean": ("fp32_segment", None, None, False),
+    "INT8 stock": ("fp32", "int8", "stock", False),
+    "INT4 stock": ("fp32", "int4", "stock", False),
+    "FP16 stock": ("fp32", "fp16", "stock", False),
+    "INT8 fused": ("fp32", "int8", "fused", False),
+    "INT4 fused": ("fp32", "int4", "fused", False),
+    "FP16 fused": ("fp32", "fp16", "fused", False),
     # int8 with its scales in a separate array (the 0.1.0 layout): the
     # before of the rowwise int8 above.
-    "INT8-split fused": ("fp32", "int8_split", "fused"),
+    "INT8-split fused": ("fp32", "int8_split", "fused", False),
     # A format per table (after INT8 fused, whose measured error sets its
     # default budget).
-    "AUTO fused": ("fp32", "auto", "fused"),
+    "AUTO fused": ("fp32", "auto", "fused", False),
+    "INT8 batched": ("fp32", "int8", "fused", True),
 }
+# The variants also served with the smaller requests of --batches.
+REQUEST_SIZE_VARIANTS = ("FP32 as exported", "FP32 gather+segment_mean", "INT8 fused",
+                         "INT8 batched")
 
 
 def log(text):
@@ -89,10 +100,10 @@ def export_models(workdir, auto_max_error=None):
     still measured."""
     from export_tools import ExportError, compress_saved_model
     reports = {}
-    for name, (_, dtype, ops) in list(VARIANTS.items()):
+    for name, (_, dtype, ops, batch) in list(VARIANTS.items()):
         if dtype is None:
             continue
-        path = os.path.join(workdir, f"{dtype}_{ops}")
+        path = model_path(workdir, name)
         report_path = path + ".report.json"
         if not os.path.exists(report_path):
             extra = {}
@@ -101,7 +112,8 @@ def export_models(workdir, auto_max_error=None):
             log(f"exporting {name} {extra}")
             try:
                 compress_saved_model(os.path.join(workdir, "fp32"), path, dtype=dtype,
-                                     ops=ops, overwrite=True, report=report_path, **extra)
+                                     ops=ops, overwrite=True, report=report_path,
+                                     batch=batch, **extra)
             except ExportError as e:
                 if dtype != "auto":
                     raise
@@ -130,8 +142,10 @@ def write_requests(path, features, batch, count):
 
 
 def model_path(workdir, name):
-    source, dtype, ops = VARIANTS[name]
-    return os.path.join(workdir, source if dtype is None else f"{dtype}_{ops}")
+    source, dtype, ops, batch = VARIANTS[name]
+    if dtype is None:
+        return os.path.join(workdir, source)
+    return os.path.join(workdir, f"{dtype}_{ops}" + ("_batched" if batch else ""))
 
 
 def serve(harness, workdir, name, requests, iterations, threads):
@@ -241,18 +255,83 @@ def chart(rows, path):
 
 
 def serve_all(args, features):
-    requests = os.path.join(args.workdir, f"requests_{args.batch}.tfrecord")
-    if not os.path.exists(requests):
-        write_requests(requests, features, args.batch, args.request_log)
+    """{request size: {variant: [harness report per round]}}: every variant
+    with requests of the first size of --batches, REQUEST_SIZE_VARIANTS
+    with the others."""
     harness = subprocess.run([sys.executable, os.path.join(ROOT, "serving", "build.py")],
                              capture_output=True, text=True, check=True).stdout.split()[-1]
-    runs = {name: [] for name in VARIANTS}
-    for round_index in range(args.rounds):
-        for name in VARIANTS:  # interleaved, so the machine's noise hits all alike
-            log(f"round {round_index + 1}/{args.rounds}: serving {name}")
-            runs[name].append(serve(harness, args.workdir, name, requests,
-                                    args.iterations, args.threads))
+    runs = {}
+    for size in args.batches:
+        requests = os.path.join(args.workdir, f"requests_{size}.tfrecord")
+        if not os.path.exists(requests):
+            write_requests(requests, features, size, args.request_log)
+        names = [n for n in VARIANTS
+                 if size == args.batches[0] or n in REQUEST_SIZE_VARIANTS]
+        runs[size] = {name: [] for name in names}
+        for round_index in range(args.rounds):
+            for name in names:  # interleaved, so the machine's noise hits all alike
+                log(f"{size} candidates, round {round_index + 1}/{args.rounds}: "
+                    f"serving {name}")
+                runs[size][name].append(serve(harness, args.workdir, name, requests,
+                                              args.iterations, args.threads))
     return runs
+
+
+def request_size_rows(runs):
+    """Per request size and variant of REQUEST_SIZE_VARIANTS: p50, p99 and
+    CPU ms per request at each client thread count (medians over rounds),
+    and the batched export's ratios to FP32 and to one node per lookup."""
+    rows = []
+    for size, by_name in sorted(runs.items(), key=lambda item: int(item[0])):
+        base = {}
+        for name in REQUEST_SIZE_VARIANTS:
+            if name not in by_name:
+                continue
+            row = {"candidates": int(size), "variant": name}
+            per_threads = {}
+            for result in by_name[name]:
+                for run in result["runs"]:
+                    per_threads.setdefault(run["threads"], []).append(run)
+            for threads, items in sorted(per_threads.items()):
+                for key, label in (("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"),
+                                   ("cpu_ms_per_request", "CPU ms/req")):
+                    values = [i[key] for i in items if key in i]
+                    row[f"{label} {threads}t"] = (statistics.median(values)
+                                                  if values else None)
+            base[name] = row
+            rows.append(row)
+        batched = base.get("INT8 batched")
+        for threads in (1, 2):
+            key = f"p50 ms {threads}t"
+            for other, label in (("FP32 as exported", "vs FP32"),
+                                 ("INT8 fused", "vs per table")):
+                if batched and other in base and base[other].get(key):
+                    batched[f"batched {label} {threads}t"] = (batched[key]
+                                                              / base[other][key])
+    return rows
+
+
+def request_size_markdown(rows):
+    columns = ["candidates", "variant", "p50 ms 1t", "p99 ms 1t", "CPU ms/req 1t",
+               "p50 ms 2t", "p99 ms 2t", "CPU ms/req 2t", "batched vs FP32 1t",
+               "batched vs per table 1t", "batched vs FP32 2t",
+               "batched vs per table 2t"]
+    lines = ["Request sizes: the batched export (one BatchedFusedDecodeAxpy node for "
+             "the 100 pooled lookups) against one FusedDecodeAxpy node per lookup "
+             "(`--no-batch`) and FP32, at 1 and 2 client threads; `CPU ms/req` is "
+             "the harness process's CPU time (all threads) over the run per request. "
+             "Targets (issue 20): 1 and 16 candidates, batched p50 <= 0.5x FP32 and "
+             "<= 0.6x per table; 256 candidates, <= 0.85x per table.", "",
+             *md.header(columns)]
+    for row in rows:
+        cells = []
+        for c in columns:
+            v = row.get(c)
+            cells.append("" if v is None else v if isinstance(v, str) else
+                         str(v) if isinstance(v, int) else
+                         f"{v:.2f}x" if c.startswith("batched") else f"{v:.2f}")
+        lines.append(md.row(cells))
+    return "\n".join(lines)
 
 
 def main(argv=None):
@@ -261,7 +340,10 @@ def main(argv=None):
                         help="models are kept here and reused by later runs")
     parser.add_argument("--features", type=int, default=100)
     parser.add_argument("--total-gib", type=float, default=4.0)
-    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--batches", default="256,16,1",
+                        help="request sizes in candidates: every variant is served with "
+                             "the first, the batched comparison with all "
+                             "(default %(default)s)")
     parser.add_argument("--request-log", type=int, default=50, help="distinct requests")
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
@@ -274,6 +356,8 @@ def main(argv=None):
     parser.add_argument("--report-only", action="store_true",
                         help="only re-render results/serving_raw.json of the last run")
     args = parser.parse_args(argv)
+    args.batches = [int(b) for b in args.batches.split(",")]
+    args.batch = args.batches[0]
     os.makedirs(args.workdir, exist_ok=True)
     import recommender_model
     features_args = (args.total_gib, args.features)
@@ -281,12 +365,17 @@ def main(argv=None):
     if args.report_only:
         reports = export_models(args.workdir, args.auto_max_error)  # reads the kept reports
         runs = json.load(open(os.path.join(RESULTS, "serving_raw.json")))
+        if "FP32 as exported" in runs:  # a run of one request size
+            runs = {str(args.batch): runs}
+        runs = {int(size): by_name for size, by_name in runs.items()}
     else:
         build_models(args.workdir, features_args)
         reports = export_models(args.workdir, args.auto_max_error)
         runs = serve_all(args, features)
-    rows = summarize(runs, args.workdir, features, reports)
+    rows = summarize(runs[args.batch], args.workdir, features, reports)
     section = markdown(rows, args, features, reports)
+    if len(runs) > 1 or "INT8 batched" in runs[args.batch]:
+        section += "\n" + request_size_markdown(request_size_rows(runs))
     print(f"## {TITLE}\n\n{section}")
     if not args.no_results:
         os.makedirs(RESULTS, exist_ok=True)

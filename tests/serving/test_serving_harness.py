@@ -185,6 +185,9 @@ def test_report(harness, models):
     for run in report["runs"]:
         assert run["requests"] == 40
         assert 0 < run["p50_ms"] <= run["p99_ms"]
+        # CPU per request: positive, and at most all cores busy all the time
+        assert 0 < run["cpu_ms_per_request"] <= (
+            os.cpu_count() * run["seconds"] * 1e3 / run["requests"] * 1.05)
         assert run["throughput_rps"] > 0
 
     rows = json.loads(run_harness(harness, models["fused"], "--requests", models["requests"],
