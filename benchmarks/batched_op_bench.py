@@ -2,7 +2,7 @@
 """Many tables in one op call: BatchedFusedDecodeAxpy against one
 FusedDecodeAxpy per table, FP32 TF and FBGEMM (batched and per table).
 
-    python benchmarks/batched_op_bench.py            # N 10,100 x L 1,20 x threads 1,2 (~10 min)
+    python benchmarks/batched_op_bench.py            # N 10,100 x L 1,20 x B 16,128 x threads 1,2 (~20 min)
     python benchmarks/batched_op_bench.py --quick    # smoke test; writes *_quick files only
 
 Every cell pools N features, one table each (INT8 rows, dims 8/16/32/64 and
@@ -58,8 +58,10 @@ def parse_args(argv=None):
                    help="numbers of tables N, comma-separated (default 10,100)")
     p.add_argument("--lens", default="1,20",
                    help="ids per bag L, comma-separated (default 1,20)")
-    p.add_argument("--bags", type=int, default=128,
-                   help="bags per feature in a call, B (default 128)")
+    p.add_argument("--bags", default="16,128",
+                   help="bags per feature in a call, B, comma-separated (default "
+                        "16,128: a small request, where TF's per-node cost rules, "
+                        "and a mid-sized one)")
     p.add_argument("--threads", default="1,2",
                    help="intra-op thread counts, one process each (default 1,2)")
     p.add_argument("--repeats", type=int, default=7)
@@ -72,8 +74,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.quick:
         args.tables, args.lens, args.threads, args.repeats = "10", "1", "1", 3
-        args.target_ms = 5.0
-    for name in ("tables", "lens", "threads"):
+        args.bags, args.target_ms = "128", 5.0
+    for name in ("tables", "lens", "threads", "bags"):
         setattr(args, name, [int(t) for t in getattr(args, name).split(",")])
     return args
 
@@ -224,37 +226,37 @@ def worker(args):
     console = Console()
     import tf_compressed_embedding as tfce
     rows, meta = [], {"isa": tfce.active_isa(), "tensorflow": tf.__version__}
-    for num_tables in args.tables:
-        for length in args.lens:
-            tables, ids = workload(num_tables, length, args.bags)
-            systems = tf_systems(tables, ids, length, args.bags)
-            more, torch_meta = torch_systems(tables, ids, length, args.bags,
-                                             console)
-            meta.update(torch_meta)
-            systems += more
-            # The batched op against its reference, the per-table op (bit
-            # for bit), and against the float32 tables within int8's error.
-            got = {s.name: s.output(3) for s in systems}
-            want = np.concatenate(
-                [t[ids[3, f]].reshape(args.bags, length, -1).sum(1)
-                 for f, t in enumerate(tables)], 1)
-            checks = {
-                "batched == per table": bool(np.array_equal(
-                    got["tfce batched"], got["tfce per table"])),
-                "batched ~ fp32": bool(np.allclose(
-                    got["tfce batched"], want, atol=0.05 * length, rtol=0.05)),
-            }
-            console.print(f"N={num_tables} L={length} threads={threads}: "
-                          f"timing {len(systems)} systems; checks {checks}")
-            measure(systems, args.repeats, 0.05, args.target_ms / 1000)
-            for s in systems:
-                rows.append({"tables": num_tables, "L": length,
-                             "bags": args.bags, "threads": threads,
-                             "system": s.name,
-                             "us_per_call": statistics.median(s.times) * 1e6,
-                             "best_us": min(s.times) * 1e6,
-                             "repeats": len(s.times), **checks})
-            del systems
+    cells = [(n, length, bags) for n in args.tables for length in args.lens
+             for bags in args.bags]
+    for num_tables, length, bags in cells:
+        tables, ids = workload(num_tables, length, bags)
+        systems = tf_systems(tables, ids, length, bags)
+        more, torch_meta = torch_systems(tables, ids, length, bags, console)
+        meta.update(torch_meta)
+        systems += more
+        # The batched op against its reference, the per-table op (bit
+        # for bit), and against the float32 tables within int8's error.
+        got = {s.name: s.output(3) for s in systems}
+        want = np.concatenate(
+            [t[ids[3, f]].reshape(bags, length, -1).sum(1)
+             for f, t in enumerate(tables)], 1)
+        checks = {
+            "batched == per table": bool(np.array_equal(
+                got["tfce batched"], got["tfce per table"])),
+            "batched ~ fp32": bool(np.allclose(
+                got["tfce batched"], want, atol=0.05 * length, rtol=0.05)),
+        }
+        console.print(f"N={num_tables} L={length} B={bags} threads={threads}: "
+                      f"timing {len(systems)} systems; checks {checks}")
+        measure(systems, args.repeats, 0.05, args.target_ms / 1000)
+        for s in systems:
+            rows.append({"tables": num_tables, "L": length,
+                         "bags": bags, "threads": threads,
+                         "system": s.name,
+                         "us_per_call": statistics.median(s.times) * 1e6,
+                         "best_us": min(s.times) * 1e6,
+                         "repeats": len(s.times), **checks})
+        del systems
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f)
 
@@ -263,27 +265,28 @@ def worker(args):
 
 
 def report(rows, meta, quick):
-    by = {(r["tables"], r["L"], r["threads"], r["system"]): r["us_per_call"]
+    by = {(r["tables"], r["L"], r["bags"], r["threads"], r["system"]): r["us_per_call"]
           for r in rows}
-    cells = sorted({(r["tables"], r["L"], r["threads"]) for r in rows})
+    cells = sorted({(r["tables"], r["L"], r["bags"], r["threads"]) for r in rows})
     lines = [
         f"Host: {host.machine()}; kernels {meta.get('isa')}; TensorFlow "
         f"{meta.get('tensorflow')}; torch {meta.get('torch', '-')}; "
         f"fbgemm_gpu {meta.get('fbgemm_gpu', '-')}. Commit {host.commit()}.",
         "",
         f"Each call pools N features (INT8 tables, dims {DIMS_CYCLE} and "
-        f"{ROWS_CYCLE} rows in turn), {rows[0]['bags']} bags of L uniform "
-        "ids each, sum, into one [B, sum of dims] output. Microseconds per "
+        f"{ROWS_CYCLE} rows in turn), B bags of L uniform ids each, sum, "
+        "into one [B, sum of dims] output. Microseconds per "
         "call, medians of the repeats; ratios are same-process. Targets "
         "(issue 20): N = 100, L = 1: batched <= 0.3x per table, and no "
         "slower than FBGEMM batched.",
         "",
-        *md.header(["N", "L", "threads", *SYSTEMS, "batched / per table",
+        *md.header(["N", "L", "B", "threads", *SYSTEMS, "batched / per table",
                     "batched / FBGEMM batched", "checks"]),
     ]
     for cell in cells:
         t = {s: by.get((*cell, s)) for s in SYSTEMS}
-        check = next(r for r in rows if (r["tables"], r["L"], r["threads"]) == cell)
+        check = next(r for r in rows
+                     if (r["tables"], r["L"], r["bags"], r["threads"]) == cell)
 
         def ratio(a, b, t=t):
             return (f"{t[a] / t[b]:.2f}" if t[a] and t[b] else "-")
@@ -318,7 +321,8 @@ def main():
                    "--out", out, "--threads", str(threads),
                    "--tables", ",".join(map(str, args.tables)),
                    "--lens", ",".join(map(str, args.lens)),
-                   "--bags", str(args.bags), "--repeats", str(args.repeats),
+                   "--bags", ",".join(map(str, args.bags)),
+                   "--repeats", str(args.repeats),
                    "--target-ms", str(args.target_ms)]
             print(f"== {threads} thread(s)", flush=True)
             got = workers.run_worker(cmd, workers.child_env(threads), out,

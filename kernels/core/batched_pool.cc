@@ -53,8 +53,8 @@ std::vector<PoolTile> PlanPoolTiles(const PoolArgs* features,
         tile_cost <= 0
             ? 1
             : std::min<int64_t>(
-                  bags, std::max<int64_t>(
-                            1, static_cast<int64_t>(std::ceil(cost / tile_cost))));
+                  bags, std::max<int64_t>(1, static_cast<int64_t>(
+                                                 std::ceil(cost / tile_cost))));
     // Each cut splits the cost left evenly over the pieces left, at the bag
     // boundary nearest to that share; a tile's bags are never empty.
     // cost_to(b): the cost of bags [bag_begin, b), which grows with b.
@@ -66,8 +66,8 @@ std::vector<PoolTile> PlanPoolTiles(const PoolArgs* features,
     for (int64_t left = pieces; left > 0 && begin < a.bag_end; --left) {
       int64_t end = a.bag_end;
       if (left > 1) {
-        const double target =
-            cost_to(begin) + (cost - cost_to(begin)) / static_cast<double>(left);
+        const double target = cost_to(begin) + (cost - cost_to(begin)) /
+                                                   static_cast<double>(left);
         int64_t lo = begin + 1, hi = a.bag_end;  // first b with cost >= target
         while (lo < hi) {
           const int64_t mid = lo + (hi - lo) / 2;
@@ -90,9 +90,8 @@ std::vector<PoolTile> PlanPoolTiles(const PoolArgs* features,
   return tiles;
 }
 
-bool RunPoolTiles(PoolFn pool, const PoolArgs* features,
-                  const PoolTile* tiles, int64_t begin, int64_t end,
-                  int64_t* bad_feature) {
+bool RunPoolTiles(PoolFn pool, const PoolArgs* features, const PoolTile* tiles,
+                  int64_t begin, int64_t end, int64_t* bad_feature) {
   int64_t next = begin + 1;  // the first tile whose rows are not requested
   int64_t in_flight = 0;     // rows requested for tiles [t + 1, next)
   for (int64_t t = begin; t < end; ++t) {

@@ -49,9 +49,8 @@ constexpr int64_t kCrossTilePrefetchRows = 16;
 // kCrossTilePrefetchRows of them, no more per tile than that feature's
 // prefetch_rows) are prefetched. Returns false at the first tile whose
 // kernel returned false (a bad id) and sets *bad_feature to its feature.
-bool RunPoolTiles(PoolFn pool, const PoolArgs* features,
-                  const PoolTile* tiles, int64_t begin, int64_t end,
-                  int64_t* bad_feature);
+bool RunPoolTiles(PoolFn pool, const PoolArgs* features, const PoolTile* tiles,
+                  int64_t begin, int64_t end, int64_t* bad_feature);
 
 }  // namespace tfce
 

@@ -19,19 +19,22 @@ absl::Status BatchedAttrs::Labeled(int64_t f,
                       absl::StrCat(Label(f), ": ", status.message()));
 }
 
-absl::Status ParseBatchedAttrs(
-    int64_t num_features, bool concat, int64_t num_outputs,
-    const std::vector<tensorflow::DataType>& dtypes,
-    const InputListSizes& input_lists,
-    const std::vector<std::string>& row_formats,
-    const std::vector<int64_t>& dims,
-    const std::vector<std::string>& combiners,
-    const std::vector<std::string>& bag_kinds,
-    const std::vector<std::string>& names, BatchedAttrs* attrs) {
+absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
+                               int64_t num_outputs,
+                               const std::vector<tensorflow::DataType>& dtypes,
+                               const InputListSizes& input_lists,
+                               const std::vector<std::string>& row_formats,
+                               const std::vector<int64_t>& dims,
+                               const std::vector<std::string>& combiners,
+                               const std::vector<std::string>& bag_kinds,
+                               const std::vector<std::string>& names,
+                               BatchedAttrs* attrs) {
   const int64_t n = num_features;
   const std::pair<const char*, size_t> lists[] = {
-      {"Ttables", dtypes.size()},       {"row_formats", row_formats.size()},
-      {"dims", dims.size()},            {"combiners", combiners.size()},
+      {"Ttables", dtypes.size()},
+      {"row_formats", row_formats.size()},
+      {"dims", dims.size()},
+      {"combiners", combiners.size()},
       {"bag_kinds", bag_kinds.size()},
       {"Tids (the ids inputs)", input_lists.ids},
       {"Tsplits (the bag_splits inputs)", input_lists.splits},
@@ -39,22 +42,24 @@ absl::Status ParseBatchedAttrs(
   };
   for (const auto& [name, size] : lists) {
     if (static_cast<int64_t>(size) != n) {
-      return InvalidArgument("attr ", name, " must have one entry per "
-                             "feature (N = ", n, "), but has ", size);
+      return InvalidArgument("attr ", name,
+                             " must have one entry per "
+                             "feature (N = ",
+                             n, "), but has ", size);
     }
   }
   if (!names.empty() && static_cast<int64_t>(names.size()) != n) {
-    return InvalidArgument("attr feature_names must be empty or have one "
-                           "name per feature (N = ", n, "), but has ",
-                           names.size());
+    return InvalidArgument(
+        "attr feature_names must be empty or have one "
+        "name per feature (N = ",
+        n, "), but has ", names.size());
   }
   const int64_t want_outputs = concat ? 1 : n;
   if (num_outputs != want_outputs) {
-    return InvalidArgument("attr num_outputs must be ", want_outputs, " (",
-                           concat ? "one concatenated output"
-                                  : "one output per feature",
-                           ", concat = ", concat ? "true" : "false",
-                           "), got ", num_outputs);
+    return InvalidArgument(
+        "attr num_outputs must be ", want_outputs, " (",
+        concat ? "one concatenated output" : "one output per feature",
+        ", concat = ", concat ? "true" : "false", "), got ", num_outputs);
   }
   attrs->num_features = n;
   attrs->concat = concat;
@@ -68,9 +73,9 @@ absl::Status ParseBatchedAttrs(
     // its kernel reads the table format.
     TF_RETURN_IF_ERROR(
         attrs->Labeled(f, ParseCombiner(combiners[f], &attrs->combiners[f])));
-    TF_RETURN_IF_ERROR(attrs->Labeled(
-        f, ParseTableFormat(dtypes[f], row_formats[f], dims[f],
-                            &attrs->storages[f])));
+    TF_RETURN_IF_ERROR(
+        attrs->Labeled(f, ParseTableFormat(dtypes[f], row_formats[f], dims[f],
+                                           &attrs->storages[f])));
     if (bag_kinds[f] != "segment_ids" && bag_kinds[f] != "row_splits") {
       return attrs->Labeled(
           f, InvalidArgument("bag_kinds must be 'segment_ids' or "

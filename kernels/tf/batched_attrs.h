@@ -20,7 +20,7 @@ struct BatchedAttrs {
   std::vector<Storage> storages;
   std::vector<int64_t> dims;  // the dims attr: D of rowwise tables, else -1
   std::vector<Combiner> combiners;
-  std::vector<bool> row_splits;  // bag_kinds[f] == 'row_splits'
+  std::vector<bool> row_splits;    // bag_kinds[f] == 'row_splits'
   std::vector<std::string> names;  // feature_names: empty, or one each
 
   // "feature 3", or "feature 3 ('user_id')" when the node names them.
@@ -36,15 +36,16 @@ struct InputListSizes {
 
 // Checks the raw attrs (every list N long, num_outputs N or 1 as concat
 // says, each feature's format, combiner and bag kind) into *attrs.
-absl::Status ParseBatchedAttrs(
-    int64_t num_features, bool concat, int64_t num_outputs,
-    const std::vector<tensorflow::DataType>& dtypes,
-    const InputListSizes& input_lists,
-    const std::vector<std::string>& row_formats,
-    const std::vector<int64_t>& dims,
-    const std::vector<std::string>& combiners,
-    const std::vector<std::string>& bag_kinds,
-    const std::vector<std::string>& names, BatchedAttrs* attrs);
+absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
+                               int64_t num_outputs,
+                               const std::vector<tensorflow::DataType>& dtypes,
+                               const InputListSizes& input_lists,
+                               const std::vector<std::string>& row_formats,
+                               const std::vector<int64_t>& dims,
+                               const std::vector<std::string>& combiners,
+                               const std::vector<std::string>& bag_kinds,
+                               const std::vector<std::string>& names,
+                               BatchedAttrs* attrs);
 
 // Reads and checks the attrs from an OpKernelConstruction or a shape
 // function's InferenceContext (both have GetAttr).

@@ -46,8 +46,7 @@ struct Feature {
 
 class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
  public:
-  explicit BatchedFusedDecodeAxpyOp(OpKernelConstruction* ctx)
-      : OpKernel(ctx) {
+  explicit BatchedFusedDecodeAxpyOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, GetKernelVariant(&variant_));
     OP_REQUIRES_OK(ctx, ReadMaxThreads(ctx, &max_threads_));
     OP_REQUIRES_OK(ctx, ReadBatchedAttrs(ctx, &attrs_));
@@ -66,9 +65,10 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
     std::vector<Feature> features(num_features_);
     for (int64_t f = 0; f < num_features_; ++f) {
       Feature& feature = features[f];
-      OP_REQUIRES_OK(ctx, Labeled(f, MakeTableView(tables[f], scales[f],
-                                                   attrs_.storages[f], attrs_.dims[f],
-                                                   &feature.table)));
+      OP_REQUIRES_OK(
+          ctx,
+          Labeled(f, MakeTableView(tables[f], scales[f], attrs_.storages[f],
+                                   attrs_.dims[f], &feature.table)));
       feature.ids = &ids[f];
       feature.bag_splits = &bag_splits[f];
       feature.weights = &weights[f];
@@ -92,10 +92,10 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
                            "feature")));
         columns[f] = width;
         width += features[f].table.dim;
-        OP_REQUIRES(ctx, width <= kMaxDim,
-                    InvalidArgument("the features' dims add up to more than ",
-                                    kMaxDim,
-                                    ", the widest concatenated output"));
+        OP_REQUIRES(
+            ctx, width <= kMaxDim,
+            InvalidArgument("the features' dims add up to more than ", kMaxDim,
+                            ", the widest concatenated output"));
       }
       shapes.resize(1);
       OP_REQUIRES_OK(ctx, OutputShape(TensorShape({features[0].num_bags}),
@@ -104,10 +104,10 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
     } else {
       shapes.resize(num_features_);
       for (int64_t f = 0; f < num_features_; ++f) {
-        OP_REQUIRES_OK(ctx, Labeled(f, OutputShape(
-                                           TensorShape({features[f].num_bags}),
-                                           features[f].table.dim, "num_bags",
-                                           &shapes[f])));
+        OP_REQUIRES_OK(
+            ctx, Labeled(f, OutputShape(TensorShape({features[f].num_bags}),
+                                        features[f].table.dim, "num_bags",
+                                        &shapes[f])));
         out_elements += shapes[f].num_elements();
         OP_REQUIRES(ctx, out_elements >= 0,
                     InvalidArgument("the outputs have more elements than "
@@ -143,9 +143,9 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
       if (feature.has_work()) total_offsets += feature.num_bags + 1;
     }
     Tensor offsets_t;
-    OP_REQUIRES_OK(ctx,
-                   ctx->allocate_temp(tensorflow::DT_INT64,
-                                      TensorShape({total_offsets}), &offsets_t));
+    OP_REQUIRES_OK(
+        ctx, ctx->allocate_temp(tensorflow::DT_INT64,
+                                TensorShape({total_offsets}), &offsets_t));
     int64_t* offsets = offsets_t.flat<int64_t>().data();
     std::vector<PoolArgs> args(num_features_);
     double total_cost = 0;
@@ -175,8 +175,8 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
           feature.table, static_cast<double>(feature.num_ids) /
                              static_cast<double>(feature.num_bags));
       offsets += feature.num_bags + 1;
-      total_cost += PoolCost(feature.num_ids, feature.num_bags,
-                             feature.table.dim);
+      total_cost +=
+          PoolCost(feature.num_ids, feature.num_bags, feature.table.dim);
     }
 
     const int64_t threads = ParallelRunThreads(ctx, max_threads_);
@@ -184,8 +184,8 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
     const std::vector<PoolTile> tiles = PlanPoolTiles(
         args.data(), num_features_,
         split ? std::max(kMinChunkCost,
-                         total_cost / static_cast<double>(
-                                          threads * kChunksPerThread))
+                         total_cost /
+                             static_cast<double>(threads * kChunksPerThread))
               : 0.0);
     if (tiles.empty()) return;
     std::atomic<bool> ok(true);
@@ -231,13 +231,12 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
     }
     feature->num_ids = ids.dim_size(0);
     if (splits.dims() != 1) {
-      return InvalidArgument(splits_name,
-                             " must be a vector, but has shape ",
+      return InvalidArgument(splits_name, " must be a vector, but has shape ",
                              splits.shape().DebugString());
     }
     const Tensor& weights = *feature->weights;
-    if (weights.dims() != 1 || (weights.dim_size(0) != feature->num_ids &&
-                                weights.dim_size(0) != 0)) {
+    if (weights.dims() != 1 ||
+        (weights.dim_size(0) != feature->num_ids && weights.dim_size(0) != 0)) {
       return InvalidArgument("weights must have shape [", feature->num_ids,
                              "] (one per id) or [0] (unweighted), but has "
                              "shape ",
@@ -277,11 +276,10 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
   // Checks the feature's segment ids or row splits and, unless offsets is
   // null, writes its bags' offsets[0..num_bags].
   static absl::Status CheckBags(const Feature& feature, int64_t* offsets) {
-    return feature.row_splits
-               ? RowSplitsToOffsets(*feature.bag_splits, feature.num_ids,
-                                    offsets)
-               : SegmentIdsToOffsets(*feature.bag_splits, feature.num_bags,
-                                     offsets);
+    return feature.row_splits ? RowSplitsToOffsets(*feature.bag_splits,
+                                                   feature.num_ids, offsets)
+                              : SegmentIdsToOffsets(*feature.bag_splits,
+                                                    feature.num_bags, offsets);
   }
 
   static absl::Status CheckFeatureIds(const Feature& feature) {

@@ -58,7 +58,8 @@ class FusedDecodeAxpyOp : public CompressedTableOp {
                         "] (one per id) or [0] (unweighted), but has shape ",
                         weights.shape().DebugString()));
     int64_t num_segments = 0;
-    OP_REQUIRES_OK(ctx, ReadNumSegments(ctx->input(5), "num_segments", &num_segments));
+    OP_REQUIRES_OK(
+        ctx, ReadNumSegments(ctx->input(5), "num_segments", &num_segments));
 
     TensorShape out_shape;
     OP_REQUIRES_OK(ctx, OutputShape(TensorShape({num_segments}), view.dim,
@@ -101,8 +102,10 @@ class FusedDecodeAxpyOp : public CompressedTableOp {
         view, static_cast<double>(num_ids) / static_cast<double>(num_segments));
     args.out = out->flat<float>().data();
     args.out_stride = view.dim;
-    const int64_t segment_cost = static_cast<int64_t>(
-        PoolCost(num_ids, num_segments, view.dim) / num_segments) + 1;
+    const int64_t segment_cost =
+        static_cast<int64_t>(PoolCost(num_ids, num_segments, view.dim) /
+                             num_segments) +
+        1;
     if (!RunKernelSharded(ctx, variant_->pool, args, &PoolArgs::bag_begin,
                           &PoolArgs::bag_end, num_segments, segment_cost,
                           max_threads_)) {

@@ -1,11 +1,11 @@
 // Every op of the library is registered here, with closed type lists and
 // shape functions. Names are fixed: rewritten SavedModels depend on them.
-#include "tensorflow/core/framework/common_shape_fns.h"
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/shape_inference.h"
 #include "kernels/core/kernel_api.h"
 #include "kernels/tf/batched_attrs.h"
 #include "kernels/tf/table_format.h"
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
 
 namespace tfce {
 namespace {
@@ -81,8 +81,8 @@ absl::Status BatchedFusedDecodeAxpyShape(InferenceContext* c) {
     } else if (status.ok()) {
       status = c->Merge(ids, splits, &ids);
       if (status.ok()) {
-        status = c->MakeDimForScalarInput(
-            static_cast<int>(kNumBags * n + f), &bags[f]);
+        status = c->MakeDimForScalarInput(static_cast<int>(kNumBags * n + f),
+                                          &bags[f]);
       }
     }
     TF_RETURN_IF_ERROR(attrs.Labeled(f, status));
@@ -96,8 +96,7 @@ absl::Status BatchedFusedDecodeAxpyShape(InferenceContext* c) {
   }
   DimensionHandle rows = bags[0], width = dims[0];
   for (int64_t f = 1; f < n; ++f) {
-    TF_RETURN_IF_ERROR(attrs.Labeled(
-        f, c->Merge(rows, bags[f], &rows)));
+    TF_RETURN_IF_ERROR(attrs.Labeled(f, c->Merge(rows, bags[f], &rows)));
     TF_RETURN_IF_ERROR(c->Add(width, dims[f], &width));
   }
   c->set_output(0, c->Matrix(rows, width));

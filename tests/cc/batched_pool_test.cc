@@ -39,8 +39,8 @@ struct Feature {
   }
 };
 
-Feature MakeFeature(Storage storage, int64_t dim, int64_t bags,
-                    int64_t max_len, std::mt19937* rng) {
+Feature MakeFeature(Storage storage, int64_t dim, int64_t bags, int64_t max_len,
+                    std::mt19937* rng) {
   Feature f{MakeTable(storage, 41, dim, rng), {}, {0}, {}};
   std::uniform_int_distribution<int64_t> len(0, max_len), id(0, 40);
   for (int64_t b = 0; b < bags; ++b) {
@@ -57,13 +57,13 @@ std::vector<Feature> MakeFeatures(std::mt19937* rng) {
   const auto storages = AllStorages();
   // Bags of one id (the serving case), long bags, a feature of no bags, and
   // a feature whose bags are all empty.
-  const int64_t shapes[][3] = {{12, 1, 1},  {3, 257, 1},  {33, 40, 30},
-                               {8, 0, 5},   {16, 60, 0},  {1, 200, 3},
+  const int64_t shapes[][3] = {{12, 1, 1},   {3, 257, 1}, {33, 40, 30},
+                               {8, 0, 5},    {16, 60, 0}, {1, 200, 3},
                                {64, 9, 100}, {13, 300, 2}};
   int k = 0;
   for (const auto& s : shapes) {
-    features.push_back(MakeFeature(storages[k++ % storages.size()], s[0],
-                                   s[1], s[2], rng));
+    features.push_back(
+        MakeFeature(storages[k++ % storages.size()], s[0], s[1], s[2], rng));
   }
   return features;
 }
