@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "kernels/core/kernel_api.h"
 #include "tensorflow/core/framework/types.pb.h"
+#include "tensorflow/core/platform/errors.h"
 
 namespace tfce {
 
