@@ -14,7 +14,8 @@
 
 namespace {
 
-const char* const kOps[] = {"CompressedEmbeddingLookup", "FusedDecodeAxpy"};
+const char* const kOps[] = {"CompressedEmbeddingLookup", "FusedDecodeAxpy",
+                            "BatchedFusedDecodeAxpy"};
 
 // Returns an empty string when `name` is registered with a CPU kernel,
 // otherwise what is wrong.

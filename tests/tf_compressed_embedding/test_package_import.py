@@ -14,7 +14,8 @@ REGISTERED = (
     "from tensorflow.python.framework import op_def_registry\n"
     "import keras\n"
     "ops = [op_def_registry.get(n) is not None for n in\n"
-    "       ('CompressedEmbeddingLookup', 'FusedDecodeAxpy')]\n"
+    "       ('CompressedEmbeddingLookup', 'FusedDecodeAxpy',\n"
+    "        'BatchedFusedDecodeAxpy')]\n"
     "layer = keras.saving.get_registered_object(\n"
     "    'tf_compressed_embedding>CompressedEmbedding')\n"
     "print('ops', all(ops), 'layer', layer is not None)\n")
