@@ -14,6 +14,11 @@ level of the lookups it depends on (through data or control edges), so no
 two lookups of a level depend on each other and merging them cannot make a
 cycle. In a model whose ids come straight from its inputs every lookup has
 level 1: one node for all of them.
+
+A lookup whose row count the rewrite computed as the last segment id + 1
+(TF's SparseSegment* ops without num_segments) passes num_bags -1 instead:
+the batched op counts those rows itself, and the three nodes per lookup
+that computed them are pruned.
 """
 import collections
 
@@ -27,14 +32,17 @@ BATCHED_OP = "BatchedFusedDecodeAxpy"
 _INPUTS = ("table", "scales", "ids", "segment_ids", "weights", "num_segments")
 
 
-def batch_pooled_lookups(editor, keep, feature_names):
+def batch_pooled_lookups(editor, keep, feature_names, segment_counts=None):
     """Replaces every level of two or more FusedDecodeAxpy nodes by one
     BatchedFusedDecodeAxpy node whose outputs feed their consumers.
 
     `keep`: tensor names the signature outputs or feeds; a merged node named
     there stays, as an Identity of its batched output. `feature_names`:
     {table read tensor: table name}, for the batched op's error messages.
-    Returns [(batched node, number of features)].
+    `segment_counts`: {num_segments tensor: the segment ids it is the last
+    id + 1 of}; the batched op counts those rows itself (num_bags -1), so
+    the nodes computing them are pruned. Returns [(batched node, number of
+    features)].
     """
     fused = [n.name for n in editor.graph_def.node if n.op == "FusedDecodeAxpy"]
     if len(fused) < 2:
@@ -48,7 +56,8 @@ def batch_pooled_lookups(editor, keep, feature_names):
     for level in sorted(by_level):
         names = by_level[level]
         if len(names) >= 2:
-            merged.append((_merge(editor, names, kept, feature_names), len(names)))
+            merged.append((_merge(editor, names, kept, feature_names,
+                                  segment_counts or {}), len(names)))
     editor._reindex()  # noqa: SLF001 - consumers were rewired in place
     return merged
 
@@ -78,10 +87,19 @@ def _list_attr(values, kind):
         list=attr_value_pb2.AttrValue.ListValue(**{kind: values}))
 
 
-def _merge(editor, names, kept, feature_names):
+def _merge(editor, names, kept, feature_names, segment_counts):
     """One batched node for FusedDecodeAxpy nodes `names`; returns its name."""
     nodes = [editor.nodes[n] for n in names]
     inputs = {key: [n.input[i] for n in nodes] for i, key in enumerate(_INPUTS)}
+    count_types = [_type(n, "Tnumsegments") for n in nodes]
+    rows_from_segment_ids = None
+    for k, n in enumerate(nodes):
+        if segment_counts.get(inputs["num_segments"][k]) == inputs["segment_ids"][k]:
+            if rows_from_segment_ids is None:
+                rows_from_segment_ids = editor.add_const(
+                    "tfce_batched_lookup/rows_from_segment_ids", -1, tf.int64)
+            inputs["num_segments"][k] = rows_from_segment_ids
+            count_types[k] = tf.int64.as_datatype_enum
     controls = sorted({i for n in nodes for i in n.input[len(_INPUTS):]})
 
     def attr_of(node, key, default=None):
@@ -104,7 +122,7 @@ def _merge(editor, names, kept, feature_names):
         Ttables=_list_attr([n.attr["T"].type for n in nodes], "type"),
         Tids=_list_attr([_type(n, "Tidx") for n in nodes], "type"),
         Tsplits=_list_attr([_type(n, "Tseg") for n in nodes], "type"),
-        Tnum_bags=_list_attr([_type(n, "Tnumsegments") for n in nodes], "type"),
+        Tnum_bags=_list_attr(count_types, "type"),
         row_formats=_list_attr(row_formats, "s"),
         dims=_list_attr(dims, "i"),
         combiners=_list_attr(combiners, "s"),

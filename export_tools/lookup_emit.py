@@ -58,6 +58,9 @@ class Emitter:
         self.editor = editor
         self.specs = specs
         self.ops = ops
+        # num_segments tensors this emitter computed as max(segment_ids) + 1
+        # -> those segment_ids (the batched op counts them itself).
+        self.segment_counts = {}
 
     def _dtype(self, tensor):
         return self.specs[node_name(tensor)][output_index(tensor)][1]
@@ -297,8 +300,10 @@ class Emitter:
         top = ed.add(ed.unique_name(base + "/max_segment_or_none"), "Maximum",
                      [top, minus_one], T=dtype)
         one = ed.add_const(base + "/one", 1, dtype)
-        return self._record(ed.add(ed.unique_name(base + "/num_segments"), "AddV2",
-                                   [top, one], T=dtype), dtype)
+        count = self._record(ed.add(ed.unique_name(base + "/num_segments"), "AddV2",
+                                    [top, one], T=dtype), dtype)
+        self.segment_counts[count] = segment_ids
+        return count
 
     def _dense_bag(self, base, ids):
         """[B, L] ids -> flat ids, segment ids (row of each id) and B."""

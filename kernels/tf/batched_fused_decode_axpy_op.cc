@@ -4,6 +4,7 @@
 // that has one.
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,12 @@ using ::tensorflow::OpKernelContext;
 using ::tensorflow::OpOutputList;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
+
+// num_bags values that ask the op to count the rows: row splits give them
+// (len - 1); sorted segment ids the last id + 1, as SparseSegment* ops
+// without num_segments do.
+constexpr int64_t kRowsFromSplits = -1;
+constexpr int64_t kRowsFromSegmentIds = -1;
 
 // One feature's inputs, checked.
 struct Feature {
@@ -254,10 +261,8 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
         return InvalidArgument("num_bags must be a scalar, not shape ",
                                num_bags.shape().DebugString());
       }
-      const int64_t given = num_bags.dtype() == tensorflow::DT_INT32
-                                ? int64_t{num_bags.scalar<int32_t>()()}
-                                : num_bags.scalar<int64_t>()();
-      if (given != -1 && given != feature->num_bags) {
+      const int64_t given = ScalarInt(num_bags);
+      if (given != kRowsFromSplits && given != feature->num_bags) {
         return InvalidArgument(
             "num_bags = ", given, " but row_splits has ", splits.dim_size(0),
             " elements, so ", feature->num_bags,
@@ -270,7 +275,27 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
           "segment_ids must have the same size as ids: ids has ",
           feature->num_ids, " elements, segment_ids has ", splits.dim_size(0));
     }
+    if (num_bags.dims() == 0 && ScalarInt(num_bags) == kRowsFromSegmentIds) {
+      // The rows a SparseSegment* op without num_segments outputs: the last
+      // segment id + 1, 0 without ids. A last id that is negative or that
+      // cannot be counted past gives 0 rows, and CheckBags then names it.
+      const int64_t last =
+          feature->num_ids == 0
+              ? -1
+              : (splits.dtype() == tensorflow::DT_INT32
+                     ? int64_t{splits.flat<int32_t>()(feature->num_ids - 1)}
+                     : splits.flat<int64_t>()(feature->num_ids - 1));
+      feature->num_bags =
+          last < 0 || last == std::numeric_limits<int64_t>::max() ? 0
+                                                                  : last + 1;
+      return absl::OkStatus();
+    }
     return ReadNumSegments(num_bags, "num_bags", &feature->num_bags);
+  }
+
+  static int64_t ScalarInt(const Tensor& t) {
+    return t.dtype() == tensorflow::DT_INT32 ? int64_t{t.scalar<int32_t>()()}
+                                             : t.scalar<int64_t>()();
   }
 
   // Checks the feature's segment ids or row splits and, unless offsets is

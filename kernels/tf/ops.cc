@@ -80,9 +80,15 @@ absl::Status BatchedFusedDecodeAxpyShape(InferenceContext* c) {
       status = c->Subtract(c->Dim(splits, 0), 1, &bags[f]);
     } else if (status.ok()) {
       status = c->Merge(ids, splits, &ids);
-      if (status.ok()) {
-        status = c->MakeDimForScalarInput(static_cast<int>(kNumBags * n + f),
-                                          &bags[f]);
+      const int index = static_cast<int>(kNumBags * n + f);
+      const ::tensorflow::Tensor* given = c->input_tensor(index);
+      if (status.ok() && given != nullptr && given->dims() == 0 &&
+          (given->dtype() == ::tensorflow::DT_INT32
+               ? int64_t{given->scalar<int32_t>()()}
+               : given->scalar<int64_t>()()) == -1) {
+        bags[f] = c->UnknownDim();  // counted from the segment ids
+      } else if (status.ok()) {
+        status = c->MakeDimForScalarInput(index, &bags[f]);
       }
     }
     TF_RETURN_IF_ERROR(attrs.Labeled(f, status));
@@ -205,9 +211,11 @@ side by side in one [num_bags, sum of dims] output.
 
 Feature f's bags are given by bag_kinds[f]: 'segment_ids' (bag_splits[f]
 are sorted segment ids, one per id, in [0, num_bags[f]), as in
-FusedDecodeAxpy) or 'row_splits' (bag_splits[f] are a RaggedTensor's row
-splits [rows + 1]: bag b is ids[row_splits[b]:row_splits[b + 1]];
-num_bags[f] is -1 or the number of rows). Features may share a table (the
+FusedDecodeAxpy; num_bags[f] -1 counts the rows as SparseSegment* ops
+without num_segments do: the last segment id + 1) or 'row_splits'
+(bag_splits[f] are a RaggedTensor's row splits [rows + 1]: bag b is
+ids[row_splits[b]:row_splits[b + 1]]; num_bags[f] is -1 or the number of
+rows). Features may share a table (the
 same tensor passed twice). Errors name the feature (and its name, when
 feature_names gives them).
 
@@ -217,7 +225,8 @@ scales: N float32 vectors: [V] for int8 tables, [0] for every other.
 ids: N vectors of ids, each in [0, V) of its table.
 bag_splits: N vectors: segment ids [len(ids)] or row splits [rows + 1].
 weights: N float32 vectors: [len(ids)] per-id weights, or [0] unweighted.
-num_bags: N int32 or int64 scalars: the feature's number of output rows.
+num_bags: N int32 or int64 scalars: the feature's number of output rows,
+  or -1 (see above).
 outputs: N float32 [num_bags[f], D_f], or one [num_bags, sum D_f] (concat).
 row_formats: each feature's table layout, as FusedDecodeAxpy's row_format.
 dims: each feature's D for rowwise formats, -1 for 'plain'.

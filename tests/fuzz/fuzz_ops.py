@@ -931,6 +931,10 @@ def draw_batched(fdp):
             continue
         x = case.inputs
         x["num_segments"] = x["num_segments"].astype(np.int64)
+        if x["num_segments"].ndim == 0 and x["num_segments"] == -1:
+            # The batched op counts the rows itself for -1 (the single op
+            # refuses it): keep the case invalid for both.
+            x["num_segments"] = np.int64(-2)
         seg, ids, ns = x["segment_ids"], x["ids"], x["num_segments"]
         row_splits = None
         ok = True

@@ -202,6 +202,42 @@ class BatchedValuesTest(tf.test.TestCase, parameterized.TestCase):
             num_outputs=1)
         self.assertAllEqual(got32[0], got[0])
 
+    def test_num_bags_minus_one_counts_rows_from_the_segment_ids(self):
+        # As SparseSegment* ops without num_segments (and FusedDecodeAxpy's
+        # wrapper default): the last segment id + 1, 0 without ids.
+        rng = np.random.default_rng(28)
+        ct = tfce.quantize(reference.random_table(rng, 30, 5), "int4")
+
+        def batched(ids, segment_ids, num_bags):
+            return _loader.ops().batched_fused_decode_axpy(
+                tables=[ct.data], scales=[tf.zeros([0])], ids=[ids],
+                bag_splits=[segment_ids], weights=[tf.zeros([0])],
+                num_bags=[num_bags], row_formats=["int4_rowwise"], dims=[5],
+                combiners=["mean"], bag_kinds=["segment_ids"], num_outputs=1)[0]
+
+        ids = np.array([4, 5, 6, 7], np.int64)
+        for segment_ids in ([0, 0, 3, 3], [2, 2, 2, 2], [0, 1, 2, 3]):
+            for dtype in (np.int32, np.int64):
+                got = batched(ids, np.array(segment_ids, dtype), dtype(-1))
+                self.assertAllEqual(got, tfce.fused_decode_axpy(
+                    ct, ids, segment_ids, combiner="mean"))
+        empty = batched(np.zeros([0], np.int64), np.zeros([0], np.int64),
+                        np.int64(-1))
+        self.assertEqual(empty.shape, (0, 5))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"feature 0: segment_ids\[0\] = -3 is not in "
+                                    r"\[0, 0\)"):
+            batched(ids[:1], np.array([-3], np.int64), np.int64(-1))
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int64)] * 2)
+        def graph(i, s):
+            return batched(i, s, tf.constant(-1, tf.int64))
+
+        self.assertEqual(graph.get_concrete_function().structured_outputs
+                         .shape.as_list(), [None, 5])
+        self.assertAllEqual(graph(ids, np.array([0, 0, 3, 3])),
+                            batched(ids, np.array([0, 0, 3, 3]), np.int64(-1)))
+
 
 def raw_batched(features, concat=False, names=(), **overrides):
     """The raw op on `features`: dicts with table, scales, ids, bag_splits,
@@ -308,8 +344,8 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
         self.assert_invalid(r"feature 1: weights must have shape \[2\] \(one "
                             r"per id\) or \[0\]",
                             [self.feature(), self.feature(weights=[1.0])])
-        self.assert_invalid(r"feature 0: num_bags = -1 must be >= 0",
-                            [self.feature(num_bags=-1)])
+        self.assert_invalid(r"feature 0: num_bags = -2 must be >= 0",
+                            [self.feature(num_bags=-2)])
         f = self.feature()
         f["num_bags"] = np.array([2], np.int64)
         self.assert_invalid(r"feature 0: num_bags must be a scalar", [f])
