@@ -2,7 +2,7 @@
 """Many tables in one op call: BatchedFusedDecodeAxpy against one
 FusedDecodeAxpy per table, FP32 TF and FBGEMM (batched and per table).
 
-    python benchmarks/batched_op_bench.py            # N 10,100 x L 1,20 x B 16,128 x threads 1,2 (~20 min)
+    python benchmarks/batched_op_bench.py         # N 10,100 x L 1,20 x B 16,128 x 1,2 threads
     python benchmarks/batched_op_bench.py --quick    # smoke test; writes *_quick files only
 
 Every cell pools N features, one table each (INT8 rows, dims 8/16/32/64 and

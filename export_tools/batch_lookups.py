@@ -93,7 +93,7 @@ def _merge(editor, names, kept, feature_names, segment_counts):
     inputs = {key: [n.input[i] for n in nodes] for i, key in enumerate(_INPUTS)}
     count_types = [_type(n, "Tnumsegments") for n in nodes]
     rows_from_segment_ids = None
-    for k, n in enumerate(nodes):
+    for k in range(len(nodes)):
         if segment_counts.get(inputs["num_segments"][k]) == inputs["segment_ids"][k]:
             if rows_from_segment_ids is None:
                 rows_from_segment_ids = editor.add_const(
