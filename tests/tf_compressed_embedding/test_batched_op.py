@@ -398,7 +398,7 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
              r"attr Tnum_bags \(the num_bags inputs\) must have one entry"),
         ]
         for overrides, pattern in cases:
-            with self.subTest(overrides=overrides):
+            with self.subTest(attr=", ".join(overrides)):
                 with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
                                             pattern):
                     raw_batched([self.feature("int8_split")], **overrides)
