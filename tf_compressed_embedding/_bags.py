@@ -103,6 +103,38 @@ def from_dense(ids, weights=None, mask=None, owner=""):
     return _keep(bags, tf.reshape(tf.broadcast_to(mask, tf.shape(ids)), [-1]))
 
 
+def from_padded(ids, weights=None, owner="", names=("ids", "weights")):
+    """Dense ids ``[batch, length]`` padded with negative ids, one bag per
+    row, as the batched op's 'padded' bag kind takes them: ``ids`` stays a
+    matrix (``segment_ids`` is None) and ``weights``, if given, must have
+    its shape."""
+    ids_name, weights_name = names
+    if isinstance(ids, (tf.RaggedTensor, tf.SparseTensor)) or not (
+            tf.is_tensor(ids) or isinstance(ids, (list, tuple))
+            or hasattr(ids, "__array__")):
+        raise TypeError(f"{owner}{ids_name} must be a SparseTensor, a "
+                        f"RaggedTensor or a dense int tensor [batch, length], "
+                        f"got {type(ids).__name__}")
+    ids = tf.convert_to_tensor(ids)
+    if ids.dtype not in (tf.int32, tf.int64):
+        raise TypeError(f"{owner}{ids_name} must hold int32 or int64 ids, got "
+                        f"{ids.dtype.name}")
+    if ids.shape.rank is not None and ids.shape.rank != 2:
+        raise ValueError(f"{owner}{ids_name} must be a dense [batch, length] "
+                         f"matrix of ids (negative ids are padding), got "
+                         f"shape {ids.shape}")
+    if weights is not None:
+        if isinstance(weights, (tf.RaggedTensor, tf.SparseTensor)):
+            raise TypeError(
+                f"{owner}{weights_name} must be a dense [batch, length] "
+                f"tensor like {ids_name}, got {type(weights).__name__}")
+        weights = float_weights(weights, owner, weights_name)
+        if not weights.shape.is_compatible_with(ids.shape):
+            raise ValueError(f"{owner}{weights_name} must have the shape of "
+                             f"{ids_name}, {ids.shape}, got {weights.shape}")
+    return Bags(ids, None, weights, tf.shape(ids, out_type=tf.int64)[0])
+
+
 def without_id(bags, padding_id=0):
     """``bags`` with every ``padding_id`` dropped (Keras' ``mask_zero``)."""
     return _keep(bags, tf.not_equal(bags.ids,

@@ -314,9 +314,13 @@ def batched_embedding_lookup_sparse(tables, sp_ids, sp_weights=None,
       tables: list of :class:`CompressedTable` (of any formats and dims), one
         per feature; features may share a table (pass it again).
       sp_ids: list of ids, one per feature: ``RaggedTensor`` ``[batch,
-        (ids)]`` or ``SparseTensor`` ``[batch, ?]`` with row-major entries.
+        (ids)]``, ``SparseTensor`` ``[batch, ?]`` with row-major entries, or
+        a dense int ``Tensor`` ``[batch, L]`` padded with negative ids (row
+        b's ids >= 0 are bag b; the padded input models take in place of
+        ``tf.where(ids >= 0)`` and ``tf.gather_nd``).
       sp_weights: None, or a list with None (unweighted) or weights of the
-        same structure as that feature's ids.
+        same structure as that feature's ids (``[batch, L]`` floats for
+        dense ids).
       combiners: ``"mean"`` (default), ``"sqrtn"`` or ``"sum"``, or a list
         of them, one per feature.
       concat: if True, return one ``[batch, sum of dims]`` tensor with the
@@ -327,8 +331,8 @@ def batched_embedding_lookup_sparse(tables, sp_ids, sp_weights=None,
 
     Returns:
       A list of float32 ``[rows_f, D_f]`` tensors, or one float32
-      ``[batch, sum D_f]`` tensor when ``concat``. A ragged feature has one
-      row per ragged row; a sparse one ``dense_shape[0]`` rows (where
+      ``[batch, sum D_f]`` tensor when ``concat``. A ragged or dense feature
+      has one row per row of ids; a sparse one ``dense_shape[0]`` rows (where
       ``embedding_lookup_sparse``, as TF's, gives ``max(row index) + 1``),
       so that features line up side by side.
 
@@ -393,8 +397,10 @@ def batched_embedding_lookup_sparse(tables, sp_ids, sp_weights=None,
                 num_bags = tf.cast(bags.num_bags, tf.int64)
                 kind = "segment_ids"
             else:
-                raise TypeError(f"sp_ids[{f}] must be a SparseTensor or "
-                                f"RaggedTensor, got {type(ids).__name__}")
+                bags = _bags.from_padded(ids, weights, names=names)
+                splits = constant("no_splits", lambda: tf.zeros([0], tf.int64))
+                num_bags = bags.num_bags
+                kind = "padded"
             op_inputs["ids"].append(bags.ids)
             op_inputs["bag_splits"].append(splits)
             op_inputs["num_bags"].append(num_bags)

@@ -4,6 +4,8 @@
 
 #include "kernels/core/segment_offsets.h"
 #include "kernels/tf/op_util.h"
+#include "tensorflow/core/framework/bounds_check.h"
+#include "tensorflow/core/util/util.h"
 
 namespace tfce {
 
@@ -63,7 +65,53 @@ absl::Status CopyRowSplits(const Split* splits, int64_t size, int64_t num_ids,
   return absl::OkStatus();
 }
 
+template <typename Index>
+absl::Status PackPadded(const Tensor& ids, const Tensor& weights,
+                        int64_t table_rows, Tensor* packed_ids,
+                        Tensor* packed_weights, int64_t* offsets,
+                        int64_t* rows_with_ids) {
+  const int64_t rows = ids.dim_size(0), width = ids.dim_size(1);
+  const Index* in = ids.flat<Index>().data();
+  const float* in_weights =
+      weights.dims() == 2 ? weights.flat<float>().data() : nullptr;
+  Index* out = packed_ids->flat<Index>().data();
+  float* out_weights =
+      in_weights != nullptr ? packed_weights->flat<float>().data() : nullptr;
+  int64_t n = 0;
+  offsets[0] = 0;
+  *rows_with_ids = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = r * width; i < (r + 1) * width; ++i) {
+      const Index id = tensorflow::internal::SubtleMustCopy(in[i]);
+      if (id < 0) continue;
+      if (id >= table_rows) {
+        return InvalidArgument(
+            "ids", tensorflow::SliceDebugString(ids.shape(), i), " = ", id,
+            " is not in [0, ", table_rows, "): the table has ", table_rows,
+            " rows (ids < 0 are padding)");
+      }
+      out[n] = id;
+      if (out_weights != nullptr) out_weights[n] = in_weights[i];
+      ++n;
+    }
+    offsets[r + 1] = n;
+    if (n > offsets[r]) *rows_with_ids = r + 1;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status PackPaddedIds(const Tensor& ids, const Tensor& weights,
+                           int64_t table_rows, Tensor* packed_ids,
+                           Tensor* packed_weights, int64_t* offsets,
+                           int64_t* rows_with_ids) {
+  return ids.dtype() == tensorflow::DT_INT32
+             ? PackPadded<int32_t>(ids, weights, table_rows, packed_ids,
+                                   packed_weights, offsets, rows_with_ids)
+             : PackPadded<int64_t>(ids, weights, table_rows, packed_ids,
+                                   packed_weights, offsets, rows_with_ids);
+}
 
 absl::Status ParseCombiner(const std::string& name, Combiner* combiner) {
   if (name == "sum") {

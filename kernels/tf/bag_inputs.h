@@ -32,6 +32,20 @@ absl::Status SegmentIdsToOffsets(const tensorflow::Tensor& segment_ids,
 absl::Status RowSplitsToOffsets(const tensorflow::Tensor& row_splits,
                                 int64_t num_ids, int64_t* offsets);
 
+// Padded ids ([rows, width] int32/int64; entries < 0 are padding) as one
+// bag per row: copies row r's ids >= 0, in order, to packed_ids (and, when
+// weights is [rows, width], their weights to packed_weights), writes
+// offsets[0..rows] and sets *rows_with_ids to the last row holding an id
+// + 1 (0 for none). packed_ids has ids' dtype and at least rows * width
+// elements, packed_weights as many floats when weighted. An id >= table_rows
+// is an error naming its position. The copies are what the kernels read, so
+// a concurrent change of the inputs cannot make them read out of bounds.
+absl::Status PackPaddedIds(const tensorflow::Tensor& ids,
+                           const tensorflow::Tensor& weights,
+                           int64_t table_rows, tensorflow::Tensor* packed_ids,
+                           tensorflow::Tensor* packed_weights,
+                           int64_t* offsets, int64_t* rows_with_ids);
+
 }  // namespace tfce
 
 #endif  // TFCE_KERNELS_TF_BAG_INPUTS_H_

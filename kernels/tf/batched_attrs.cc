@@ -19,6 +19,25 @@ absl::Status BatchedAttrs::Labeled(int64_t f,
                       absl::StrCat(Label(f), ": ", status.message()));
 }
 
+absl::Status ParseBagKind(const std::string& name, BagKind* kind) {
+  static constexpr std::pair<const char*, BagKind> kKinds[] = {
+      {"segment_ids", BagKind::kSegmentIds},
+      {"row_splits", BagKind::kRowSplits},
+      {"dense", BagKind::kDense},
+      {"padded", BagKind::kPadded},
+  };
+  for (const auto& [kind_name, value] : kKinds) {
+    if (name == kind_name) {
+      *kind = value;
+      return absl::OkStatus();
+    }
+  }
+  return InvalidArgument(
+      "bag_kinds must be 'segment_ids', 'row_splits', 'dense' or 'padded', "
+      "got '",
+      name, "'");
+}
+
 absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
                                int64_t num_outputs,
                                const std::vector<tensorflow::DataType>& dtypes,
@@ -67,7 +86,7 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
   attrs->dims = dims;
   attrs->storages.assign(n, Storage::kInt8Split);
   attrs->combiners.assign(n, Combiner::kSum);
-  attrs->row_splits.assign(n, false);
+  attrs->bag_kinds.assign(n, BagKind::kSegmentIds);
   for (int64_t f = 0; f < n; ++f) {
     // The combiner first, as TF checks the single op's enum attr before
     // its kernel reads the table format.
@@ -76,13 +95,8 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
     TF_RETURN_IF_ERROR(
         attrs->Labeled(f, ParseTableFormat(dtypes[f], row_formats[f], dims[f],
                                            &attrs->storages[f])));
-    if (bag_kinds[f] != "segment_ids" && bag_kinds[f] != "row_splits") {
-      return attrs->Labeled(
-          f, InvalidArgument("bag_kinds must be 'segment_ids' or "
-                             "'row_splits', got '",
-                             bag_kinds[f], "'"));
-    }
-    attrs->row_splits[f] = bag_kinds[f] == "row_splits";
+    TF_RETURN_IF_ERROR(
+        attrs->Labeled(f, ParseBagKind(bag_kinds[f], &attrs->bag_kinds[f])));
   }
   return absl::OkStatus();
 }

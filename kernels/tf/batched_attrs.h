@@ -15,13 +15,21 @@
 
 namespace tfce {
 
+// How a feature's ids form its bags (the bag_kinds attr).
+enum class BagKind {
+  kSegmentIds,  // ids [n], sorted segment ids [n] in bag_splits
+  kRowSplits,   // ids [n], a RaggedTensor's row splits in bag_splits
+  kDense,       // ids [rows, width]: each row is a bag of width ids
+  kPadded,      // ids [rows, width]: each row's ids >= 0 are a bag
+};
+
 struct BatchedAttrs {
   int64_t num_features = 0;  // N
   bool concat = false;
   std::vector<Storage> storages;
   std::vector<int64_t> dims;  // the dims attr: D of rowwise tables, else -1
   std::vector<Combiner> combiners;
-  std::vector<bool> row_splits;    // bag_kinds[f] == 'row_splits'
+  std::vector<BagKind> bag_kinds;
   std::vector<std::string> names;  // feature_names: empty, or one each
 
   // "feature 3", or "feature 3 ('user_id')" when the node names them.
@@ -34,6 +42,9 @@ struct BatchedAttrs {
 struct InputListSizes {
   size_t ids, splits, num_bags;
 };
+
+// One bag_kinds entry as a BagKind; anything else is an error.
+absl::Status ParseBagKind(const std::string& name, BagKind* kind);
 
 // Checks the raw attrs (every list N long, num_outputs N or 1 as concat
 // says, each feature's format, combiner and bag kind) into *attrs.

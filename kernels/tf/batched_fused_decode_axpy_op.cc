@@ -2,6 +2,7 @@
 // bags' offsets, cut the features' bags into tiles (core/batched_pool.h) and
 // run them over the intra-op pool, then report a bad id of the first feature
 // that has one.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -33,21 +34,24 @@ using ::tensorflow::OpOutputList;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
-// num_bags values that ask the op to count the rows: row splits give them
-// (len - 1); sorted segment ids the last id + 1, as SparseSegment* ops
-// without num_segments do.
-constexpr int64_t kRowsFromSplits = -1;
-constexpr int64_t kRowsFromSegmentIds = -1;
+// num_bags -1 asks the op to count the rows as the matching stock op
+// would: row splits and dense ids give them (len - 1, ids' rows); sorted
+// segment ids and padded ids the last row with an id + 1, as SparseSegment*
+// ops without num_segments do.
+constexpr int64_t kRowsFromBags = -1;
 
 // One feature's inputs, checked.
 struct Feature {
   TableView table;
-  const Tensor* ids;
-  const Tensor* bag_splits;
-  const Tensor* weights;
+  BagKind kind;
+  const Tensor* ids;         // what the kernels read: [num_ids] or [rows, w]
+  const Tensor* bag_splits;  // segment ids or row splits; unused otherwise
+  const Tensor* weights;     // [num_ids], [rows, w], or [0]
   int64_t num_ids;
   int64_t num_bags;
-  bool row_splits;  // bag_splits holds row splits, not segment ids
+  // kPadded: the ids >= 0 (and their weights) packed row by row, and their
+  // rows' offsets; `ids` and `weights` point at the packed copies.
+  Tensor packed_ids, packed_weights, padded_offsets;
   bool has_work() const { return num_bags > 0 && table.dim > 0; }
 };
 
@@ -76,10 +80,14 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
           ctx,
           Labeled(f, MakeTableView(tables[f], scales[f], attrs_.storages[f],
                                    attrs_.dims[f], &feature.table)));
+      feature.kind = attrs_.bag_kinds[f];
       feature.ids = &ids[f];
       feature.bag_splits = &bag_splits[f];
       feature.weights = &weights[f];
-      OP_REQUIRES_OK(ctx, Labeled(f, ReadBagInputs(f, num_bags[f], &feature)));
+      OP_REQUIRES_OK(ctx, Labeled(f, ReadBagInputs(num_bags[f], &feature)));
+      if (feature.kind == BagKind::kPadded) {
+        OP_REQUIRES_OK(ctx, Labeled(f, PackPadded(ctx, &feature)));
+      }
     }
 
     // Outputs: one per feature, or the features' columns side by side.
@@ -116,10 +124,21 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
                                         features[f].table.dim, "num_bags",
                                         &shapes[f])));
         out_elements += shapes[f].num_elements();
-        OP_REQUIRES(ctx, out_elements >= 0,
-                    InvalidArgument("the outputs have more elements than "
-                                    "int64 can count: num_bags or the "
-                                    "tables' dims are too large"));
+        if (out_elements < 0) {
+          // A bad input of any feature is the better report: check them
+          // all before naming the feature whose output did not fit.
+          out_elements = std::numeric_limits<int64_t>::max();
+          for (int64_t g = 0; g < num_features_; ++g) {
+            OP_REQUIRES_OK(ctx, Labeled(g, CheckBags(features[g], nullptr)));
+            OP_REQUIRES_OK(ctx, Labeled(g, CheckFeatureIds(features[g])));
+          }
+          ctx->CtxFailure(Labeled(
+              f, InvalidArgument("the outputs have more elements than int64 "
+                                 "can count: num_bags = ",
+                                 features[f].num_bags,
+                                 " or the tables' dims are too large")));
+          return;
+        }
       }
     }
     if (out_elements > kValidateFirstElements) {
@@ -169,7 +188,7 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
       AdviseHugePages(feature.table);
       a.ids = IdsView{feature.ids->data(),
                       feature.ids->dtype() == tensorflow::DT_INT64};
-      a.weights = feature.weights->dim_size(0) == 0
+      a.weights = feature.weights->NumElements() == 0
                       ? nullptr
                       : feature.weights->flat<float>().data();
       a.bag_offsets = offsets;
@@ -224,14 +243,21 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
   }
 
   // Checks a feature's ids, bag structure, weights and num_bags shapes, and
-  // sets num_ids and num_bags (the values are checked by CheckBags).
-  absl::Status ReadBagInputs(int64_t f, const Tensor& num_bags,
-                             Feature* feature) const {
+  // sets num_ids and num_bags (the values are checked by CheckBags; a
+  // padded feature's by PackPadded).
+  static absl::Status ReadBagInputs(const Tensor& num_bags, Feature* feature) {
+    if (num_bags.dims() != 0) {
+      return InvalidArgument("num_bags must be a scalar, not shape ",
+                             num_bags.shape().DebugString());
+    }
+    if (feature->kind == BagKind::kDense ||
+        feature->kind == BagKind::kPadded) {
+      return ReadMatrixBagInputs(num_bags, feature);
+    }
     const Tensor& ids = *feature->ids;
     const Tensor& splits = *feature->bag_splits;
-    feature->row_splits = attrs_.row_splits[f];
-    const char* splits_name =
-        feature->row_splits ? "row_splits" : "segment_ids";
+    const bool row_splits = feature->kind == BagKind::kRowSplits;
+    const char* splits_name = row_splits ? "row_splits" : "segment_ids";
     if (ids.dims() != 1) {
       return InvalidArgument("ids must be a vector, but has shape ",
                              ids.shape().DebugString());
@@ -249,7 +275,8 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
                              "shape ",
                              weights.shape().DebugString());
     }
-    if (feature->row_splits) {
+    const int64_t given = ScalarInt(num_bags);
+    if (row_splits) {
       if (splits.dim_size(0) < 1) {
         return InvalidArgument(
             "row_splits must have at least one element (rows + 1), but has "
@@ -257,12 +284,7 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
             splits.shape().DebugString());
       }
       feature->num_bags = splits.dim_size(0) - 1;
-      if (num_bags.dims() != 0) {
-        return InvalidArgument("num_bags must be a scalar, not shape ",
-                               num_bags.shape().DebugString());
-      }
-      const int64_t given = ScalarInt(num_bags);
-      if (given != kRowsFromSplits && given != feature->num_bags) {
+      if (given != kRowsFromBags && given != feature->num_bags) {
         return InvalidArgument(
             "num_bags = ", given, " but row_splits has ", splits.dim_size(0),
             " elements, so ", feature->num_bags,
@@ -275,10 +297,9 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
           "segment_ids must have the same size as ids: ids has ",
           feature->num_ids, " elements, segment_ids has ", splits.dim_size(0));
     }
-    if (num_bags.dims() == 0 && ScalarInt(num_bags) == kRowsFromSegmentIds) {
-      // The rows a SparseSegment* op without num_segments outputs: the last
-      // segment id + 1, 0 without ids. A last id that is negative or that
-      // cannot be counted past gives 0 rows, and CheckBags then names it.
+    if (given == kRowsFromBags) {
+      // A last id that is negative or that cannot be counted past gives 0
+      // rows, and CheckBags then names it.
       const int64_t last =
           feature->num_ids == 0
               ? -1
@@ -293,23 +314,134 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
     return ReadNumSegments(num_bags, "num_bags", &feature->num_bags);
   }
 
+  // ReadBagInputs of a 'dense' or 'padded' feature: ids [rows, width], no
+  // bag_splits. A padded feature's num_bags stays kRowsFromBags until
+  // PackPadded has counted its rows.
+  static absl::Status ReadMatrixBagInputs(const Tensor& num_bags,
+                                          Feature* feature) {
+    const Tensor& ids = *feature->ids;
+    const bool dense = feature->kind == BagKind::kDense;
+    const char* kind = dense ? "'dense'" : "'padded'";
+    if (ids.dims() != 2) {
+      return InvalidArgument("ids must be a matrix [rows, width] (bag kind ",
+                             kind, "), but has shape ",
+                             ids.shape().DebugString());
+    }
+    const Tensor& splits = *feature->bag_splits;
+    if (splits.dims() != 1 || splits.dim_size(0) != 0) {
+      return InvalidArgument(
+          "bag_splits must be empty, shape [0], for bag kind ", kind,
+          " (each row of ids is a bag), but has shape ",
+          splits.shape().DebugString());
+    }
+    const Tensor& weights = *feature->weights;
+    if (weights.shape() != ids.shape() &&
+        !(weights.dims() == 1 && weights.dim_size(0) == 0)) {
+      return InvalidArgument("weights must have the shape of ids, ",
+                             ids.shape().DebugString(),
+                             ", or [0] (unweighted), but has shape ",
+                             weights.shape().DebugString());
+    }
+    const int64_t rows = ids.dim_size(0);
+    const int64_t given = ScalarInt(num_bags);
+    if (dense) {
+      feature->num_ids = ids.NumElements();
+      feature->num_bags = rows;
+      if (given != kRowsFromBags && given != rows) {
+        return InvalidArgument("num_bags = ", given, " but ids has ", rows,
+                               " rows: pass -1 or ", rows);
+      }
+      return absl::OkStatus();
+    }
+    if (given == kRowsFromBags) {
+      feature->num_bags = kRowsFromBags;
+      return absl::OkStatus();
+    }
+    return ReadNumSegments(num_bags, "num_bags", &feature->num_bags);
+  }
+
+  // Packs a padded feature's ids >= 0 (core of PackPaddedIds) and settles
+  // its num_bags: the last row with an id + 1 for -1, else at least that.
+  static absl::Status PackPadded(OpKernelContext* ctx, Feature* feature) {
+    const Tensor& ids = *feature->ids;
+    const Tensor& weights = *feature->weights;
+    const int64_t rows = ids.dim_size(0);
+    const TensorShape capacity({ids.NumElements()});
+    TF_RETURN_IF_ERROR(
+        ctx->allocate_temp(ids.dtype(), capacity, &feature->packed_ids));
+    const bool weighted = weights.dims() == 2;
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(
+        tensorflow::DT_FLOAT, weighted ? capacity : TensorShape({0}),
+        &feature->packed_weights));
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(
+        tensorflow::DT_INT64, TensorShape({rows + 1}),
+        &feature->padded_offsets));
+    int64_t* offsets = feature->padded_offsets.flat<int64_t>().data();
+    int64_t rows_with_ids = 0;
+    TF_RETURN_IF_ERROR(PackPaddedIds(ids, weights, feature->table.rows,
+                                     &feature->packed_ids,
+                                     &feature->packed_weights, offsets,
+                                     &rows_with_ids));
+    feature->num_ids = offsets[rows];
+    feature->packed_ids = feature->packed_ids.Slice(0, feature->num_ids);
+    if (weighted) {
+      feature->packed_weights =
+          feature->packed_weights.Slice(0, feature->num_ids);
+    }
+    feature->ids = &feature->packed_ids;
+    feature->weights = &feature->packed_weights;
+    if (feature->num_bags == kRowsFromBags) {
+      feature->num_bags = rows_with_ids;
+    } else if (feature->num_bags < rows_with_ids) {
+      return InvalidArgument("num_bags = ", feature->num_bags, " but row ",
+                             rows_with_ids - 1,
+                             " of ids holds ids: pass -1 (the last row with "
+                             "an id + 1) or at least ",
+                             rows_with_ids);
+    }
+    return absl::OkStatus();
+  }
+
   static int64_t ScalarInt(const Tensor& t) {
     return t.dtype() == tensorflow::DT_INT32 ? int64_t{t.scalar<int32_t>()()}
                                              : t.scalar<int64_t>()();
   }
 
-  // Checks the feature's segment ids or row splits and, unless offsets is
-  // null, writes its bags' offsets[0..num_bags].
+  // Checks the feature's bag structure and, unless offsets is null, writes
+  // its bags' offsets[0..num_bags].
   static absl::Status CheckBags(const Feature& feature, int64_t* offsets) {
-    return feature.row_splits ? RowSplitsToOffsets(*feature.bag_splits,
-                                                   feature.num_ids, offsets)
-                              : SegmentIdsToOffsets(*feature.bag_splits,
-                                                    feature.num_bags, offsets);
+    switch (feature.kind) {
+      case BagKind::kSegmentIds:
+        return SegmentIdsToOffsets(*feature.bag_splits, feature.num_bags,
+                                   offsets);
+      case BagKind::kRowSplits:
+        return RowSplitsToOffsets(*feature.bag_splits, feature.num_ids,
+                                  offsets);
+      case BagKind::kDense:
+        if (offsets != nullptr) {
+          const int64_t width = feature.ids->dim_size(1);
+          for (int64_t b = 0; b <= feature.num_bags; ++b) {
+            offsets[b] = b * width;
+          }
+        }
+        return absl::OkStatus();
+      case BagKind::kPadded:
+        if (offsets != nullptr) {  // rows past ids' are empty bags
+          const int64_t rows = feature.padded_offsets.dim_size(0) - 1;
+          const int64_t* packed = feature.padded_offsets.flat<int64_t>().data();
+          for (int64_t b = 0; b <= feature.num_bags; ++b) {
+            offsets[b] = packed[std::min(b, rows)];
+          }
+        }
+        return absl::OkStatus();
+    }
+    return absl::InternalError("unknown bag kind");
   }
 
   static absl::Status CheckFeatureIds(const Feature& feature) {
     return CheckIds(*feature.ids, feature.table.rows,
-                    feature.row_splits ? nullptr : feature.bag_splits);
+                    feature.kind == BagKind::kSegmentIds ? feature.bag_splits
+                                                         : nullptr);
   }
 
   const KernelVariant* variant_ = nullptr;

@@ -70,24 +70,36 @@ absl::Status BatchedFusedDecodeAxpyShape(InferenceContext* c) {
   std::vector<DimensionHandle> bags(n), dims(n);
   for (int64_t f = 0; f < n; ++f) {
     ShapeHandle table, scales, ids, splits, weights, num_bags;
+    const BagKind kind = attrs.bag_kinds[f];
+    const bool matrix = kind == BagKind::kDense || kind == BagKind::kPadded;
+    const int index = static_cast<int>(kNumBags * n + f);
+    const ::tensorflow::Tensor* given = c->input_tensor(index);
+    const bool count_rows =
+        given != nullptr && given->dims() == 0 &&
+        (given->dtype() == ::tensorflow::DT_INT32
+             ? int64_t{given->scalar<int32_t>()()}
+             : given->scalar<int64_t>()()) == -1;
     absl::Status status = c->WithRank(input(kTables, f), 2, &table);
     if (status.ok()) status = c->WithRank(input(kScales, f), 1, &scales);
-    if (status.ok()) status = c->WithRank(input(kIds, f), 1, &ids);
+    if (status.ok()) {
+      status = c->WithRank(input(kIds, f), matrix ? 2 : 1, &ids);
+    }
     if (status.ok()) status = c->WithRank(input(kBagSplits, f), 1, &splits);
-    if (status.ok()) status = c->WithRank(input(kWeights, f), 1, &weights);
+    if (status.ok()) {
+      status = c->WithRankAtMost(input(kWeights, f), matrix ? 2 : 1, &weights);
+    }
     if (status.ok()) status = c->WithRank(input(kNumBags, f), 0, &num_bags);
-    if (status.ok() && attrs.row_splits[f]) {
-      status = c->Subtract(c->Dim(splits, 0), 1, &bags[f]);
-    } else if (status.ok()) {
+    if (status.ok() && kind == BagKind::kSegmentIds) {
       status = c->Merge(ids, splits, &ids);
-      const int index = static_cast<int>(kNumBags * n + f);
-      const ::tensorflow::Tensor* given = c->input_tensor(index);
-      if (status.ok() && given != nullptr && given->dims() == 0 &&
-          (given->dtype() == ::tensorflow::DT_INT32
-               ? int64_t{given->scalar<int32_t>()()}
-               : given->scalar<int64_t>()()) == -1) {
-        bags[f] = c->UnknownDim();  // counted from the segment ids
-      } else if (status.ok()) {
+    }
+    if (status.ok()) {
+      if (kind == BagKind::kRowSplits) {
+        status = c->Subtract(c->Dim(splits, 0), 1, &bags[f]);
+      } else if (kind == BagKind::kDense) {
+        bags[f] = c->Dim(ids, 0);
+      } else if (count_rows) {  // counted from the segment or padded ids
+        bags[f] = c->UnknownDim();
+      } else {
         status = c->MakeDimForScalarInput(index, &bags[f]);
       }
     }
@@ -215,23 +227,30 @@ FusedDecodeAxpy; num_bags[f] -1 counts the rows as SparseSegment* ops
 without num_segments do: the last segment id + 1) or 'row_splits'
 (bag_splits[f] are a RaggedTensor's row splits [rows + 1]: bag b is
 ids[row_splits[b]:row_splits[b + 1]]; num_bags[f] is -1 or the number of
-rows). Features may share a table (the
-same tensor passed twice). Errors name the feature (and its name, when
+rows), 'dense' (ids[f] is [rows, width] and each row is a bag;
+num_bags[f] is -1 or rows) or 'padded' (ids[f] is [rows, width] and row
+r's ids >= 0 are bag r, the rest padding: what tf.where(ids >= 0) and
+gather_nd make a SparseTensor of; num_bags[f] -1 counts the last row with
+an id + 1, as the SparseTensor's segment ids would). Features may share a
+table (the same tensor passed twice). Errors name the feature (and its name, when
 feature_names gives them).
 
 tables: N tables: [V, D] int8 or half rows (row_formats[f] 'plain'), or
   uint8 [V, R] records of a rowwise format (as FusedDecodeAxpy's table).
 scales: N float32 vectors: [V] for int8 tables, [0] for every other.
-ids: N vectors of ids, each in [0, V) of its table.
-bag_splits: N vectors: segment ids [len(ids)] or row splits [rows + 1].
-weights: N float32 vectors: [len(ids)] per-id weights, or [0] unweighted.
+ids: N id tensors, each id in [0, V) of its table: vectors, or [rows,
+  width] matrices for 'dense' and 'padded' features.
+bag_splits: N vectors: segment ids [len(ids)], row splits [rows + 1], or
+  [0] for 'dense' and 'padded' features.
+weights: N float32 tensors: per-id weights of the shape of ids, or [0]
+  unweighted.
 num_bags: N int32 or int64 scalars: the feature's number of output rows,
   or -1 (see above).
 outputs: N float32 [num_bags[f], D_f], or one [num_bags, sum D_f] (concat).
 row_formats: each feature's table layout, as FusedDecodeAxpy's row_format.
 dims: each feature's D for rowwise formats, -1 for 'plain'.
 combiners: each feature's 'sum', 'mean' or 'sqrtn'.
-bag_kinds: each feature's 'segment_ids' or 'row_splits'.
+bag_kinds: each feature's 'segment_ids', 'row_splits', 'dense' or 'padded'.
 concat: one [num_bags, sum D_f] output (every feature has the same
   num_bags) instead of one per feature.
 num_outputs: 1 when concat, else N.

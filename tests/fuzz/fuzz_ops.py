@@ -181,7 +181,8 @@ class Case:
 
 STATS = {"runs": 0, "op_calls": {}, "results_checked": 0,
          "errors_checked": 0, "too_big_checked": 0, "elements_compared": 0,
-         "elements_unchecked": 0, "results_by_format": {}}
+         "elements_unchecked": 0, "results_by_format": {},
+         "batched_bag_kinds": {}}
 _STATS_PATH = os.environ.get("TFCE_FUZZ_STATS")
 _last_stats_write = 0.0
 
@@ -900,31 +901,101 @@ BATCHED_NAMES = {"num_segments": "num_bags"}
 
 
 @dataclasses.dataclass(eq=False)
+class OtherBags:
+    """A feature's bags given another way than its segment ids: `kind`
+    'row_splits' (`splits`), or 'dense' / 'padded' (`ids` [rows, width],
+    `weights` of its shape or [0], `num_bags`). `bad` names the input made
+    invalid on purpose, or is None."""
+    kind: str
+    splits: np.ndarray = None
+    ids: np.ndarray = None
+    weights: np.ndarray = None
+    num_bags: np.int64 = None
+    bad: str = None
+
+
+@dataclasses.dataclass(eq=False)
 class BatchedCase:
     """One BatchedFusedDecodeAxpy call: feature f is FusedDecodeAxpy case
     cases[f] (its num_segments as int64, the batched op's num_bags dtype);
-    splits[f] is None (segment ids) or the row splits that replace its
-    segment ids, with splits_ok[f] saying whether they are valid."""
+    bags[f] is None (its segment ids) or the OtherBags that replace them."""
     cases: list
-    splits: list
-    splits_ok: list
+    bags: list
     op: str = "BatchedFusedDecodeAxpy"
 
     def describe(self):
         parts = []
         for f, case in enumerate(self.cases):
-            kind = ("segment_ids" if self.splits[f] is None
-                    else f"row_splits {self.splits[f]!r}")
+            kind = "segment_ids" if self.bags[f] is None else repr(self.bags[f])
             parts.append(f"--- feature {f} ({kind}):\n{case.describe()}")
         return "\n".join(parts)
+
+
+def other_bags(fdp, case):
+    """The bags of a case with valid, sorted segment ids drawn as row
+    splits, dense rows (bags of one length, ids in range) or padded rows
+    (ids >= 0), sometimes with one input made bad; None otherwise."""
+    x = case.inputs
+    seg, ids, ns = x["segment_ids"], x["ids"], x["num_segments"]
+    weights = x["weights"]
+    if not (seg.ndim == 1 and ids.ndim == 1 and len(seg) == len(ids)
+            and ns.ndim == 0 and 0 <= int(ns) <= 4096 and not unsorted(seg)
+            and not bad_indices(seg, int(ns))):
+        return None
+    # Dense and padded ids carry the weights in their shape: only valid
+    # weights can be moved there.
+    matrix_ok = weights.ndim == 1 and weights.size in (0, ids.size)
+    kind = fdp.ConsumeIntInRange(0, 2)
+    problem = fdp.ConsumeIntInRange(0, 15)
+    splits = np.searchsorted(seg.astype(np.int64), np.arange(int(ns) + 1))
+    lengths = np.diff(splits)
+    if kind == 1 and matrix_ok and int(ns) > 0 and np.all(lengths == lengths[0]):
+        shape = (int(ns), int(lengths[0]))
+        bags = OtherBags("dense", ids=ids.reshape(shape), num_bags=np.int64(-1),
+                         weights=weights.reshape(shape) if weights.size else weights)
+        if problem == 15:
+            bags.num_bags = np.int64(shape[0] + 1)
+            bags.bad = "num_bags"
+        return bags
+    if kind == 2 and matrix_ok and (ids.size == 0 or ids.min() >= 0):
+        width = int(lengths.max(initial=0)) + fdp.ConsumeIntInRange(0, 2)
+        matrix = np.full((int(ns), width), -1, ids.dtype)
+        dense_weights = np.zeros((int(ns), width), np.float32)
+        for b in range(int(ns)):
+            places = np.sort(np.random.default_rng(b).choice(
+                width, lengths[b], replace=False))
+            matrix[b, places] = ids[splits[b]:splits[b + 1]]
+            if weights.size:
+                dense_weights[b, places] = weights[splits[b]:splits[b + 1]]
+        bags = OtherBags("padded", ids=matrix, num_bags=np.int64(ns),
+                         weights=dense_weights if weights.size else weights)
+        last = int(seg[-1]) + 1 if seg.size else 0
+        if problem == 15 and last > 0:
+            bags.num_bags = np.int64(last - 1)
+            bags.bad = "num_bags"
+        elif problem == 14 and weights.size and width:
+            bags.weights = dense_weights[:, :-1]
+            bags.bad = "weights"
+        return bags
+    bags = OtherBags("row_splits", splits=splits.astype(seg.dtype))
+    if problem == 15 and bags.splits.size:  # does not start at 0
+        bags.splits[0] += 1
+        bags.bad = "row_splits"
+    elif problem == 14 and bags.splits.size:  # does not end at len(ids)
+        bags.splits[-1] += 1
+        bags.bad = "row_splits"
+    elif problem == 13 and bags.splits.size >= 3:  # decreases
+        bags.splits[1] = bags.splits[-1] + 1
+        bags.bad = "row_splits"
+    return bags
 
 
 @atheris.instrument_func
 def draw_batched(fdp):
     """1-4 pool cases (dtypes the batched op takes: the single op's dtype
-    errors are its own), some with their bags as row splits, sometimes bad
-    ones."""
-    cases, splits, splits_ok = [], [], []
+    errors are its own), some with their bags given another way
+    (other_bags), sometimes bad ones."""
+    cases, bags = [], []
     for _ in range(fdp.ConsumeIntInRange(1, 4)):
         case = draw_pool(fdp)
         if expect(case).dtype_error:
@@ -935,42 +1006,23 @@ def draw_batched(fdp):
             # The batched op counts the rows itself for -1 (the single op
             # refuses it): keep the case invalid for both.
             x["num_segments"] = np.int64(-2)
-        seg, ids, ns = x["segment_ids"], x["ids"], x["num_segments"]
-        row_splits = None
-        ok = True
-        if (fdp.ConsumeBool() and seg.ndim == 1 and ids.ndim == 1
-                and len(seg) == len(ids) and ns.ndim == 0
-                and 0 <= int(ns) <= 4096 and not unsorted(seg)
-                and not bad_indices(seg, int(ns))):
-            row_splits = np.searchsorted(seg.astype(np.int64),
-                                         np.arange(int(ns) + 1)).astype(seg.dtype)
-            problem = fdp.ConsumeIntInRange(0, 15)
-            if problem == 15 and row_splits.size:  # does not start at 0
-                row_splits[0] += 1
-                ok = False
-            elif problem == 14 and row_splits.size:  # does not end at len(ids)
-                row_splits[-1] += 1
-                ok = False
-            elif problem == 13 and row_splits.size >= 3:  # decreases
-                row_splits[1] = row_splits[-1] + 1
-                ok = False
         cases.append(case)
-        splits.append(row_splits)
-        splits_ok.append(ok)
+        bags.append(other_bags(fdp, case) if fdp.ConsumeBool() else None)
     if not cases:
         return draw_pool(fdp)
-    return BatchedCase(cases, splits, splits_ok)
+    return BatchedCase(cases, bags)
 
 
 def feature_expectation(batched, f):
     """Feature f's expectation, in the batched op's input names."""
     exp = expect(batched.cases[f])
     rename = dict(BATCHED_NAMES)
-    if batched.splits[f] is not None:
+    bags = batched.bags[f]
+    if bags is not None and bags.kind == "row_splits":
         rename["segment_ids"] = "row_splits"
     invalid = tuple(rename.get(n, n) for n in exp.invalid)
-    if not batched.splits_ok[f]:
-        invalid += ("row_splits",)
+    if bags is not None and bags.bad:
+        invalid += (bags.bad,)
     return dataclasses.replace(
         exp, invalid=invalid,
         overflow=tuple(rename.get(n, n) for n in exp.overflow))
@@ -1024,23 +1076,28 @@ def run_batched(batched):
     lists = {k: [] for k in ("tables", "scales", "ids", "bag_splits",
                              "weights", "num_bags", "row_formats", "dims",
                              "combiners", "bag_kinds")}
-    for case, row_splits in zip(batched.cases, batched.splits):
+    for case, bags in zip(batched.cases, batched.bags):
         x = case.inputs
         lists["tables"].append(tf.constant(x["table"]))
         lists["scales"].append(tf.constant(x["scales"]))
-        lists["ids"].append(tf.constant(x["ids"]))
-        lists["weights"].append(tf.constant(x["weights"]))
         lists["row_formats"].append(case.attrs.get("row_format", "plain"))
         lists["dims"].append(case.attrs.get("dim", -1))
         lists["combiners"].append(case.combiner)
-        if row_splits is None:
-            lists["bag_splits"].append(tf.constant(x["segment_ids"]))
-            lists["num_bags"].append(tf.constant(x["num_segments"]))
-            lists["bag_kinds"].append("segment_ids")
+        ids, weights = x["ids"], x["weights"]
+        if bags is None:
+            splits, num_bags = x["segment_ids"], x["num_segments"]
+        elif bags.kind == "row_splits":
+            splits, num_bags = bags.splits, np.int64(-1)
         else:
-            lists["bag_splits"].append(tf.constant(row_splits))
-            lists["num_bags"].append(tf.constant(np.int64(-1)))
-            lists["bag_kinds"].append("row_splits")
+            ids, weights = bags.ids, bags.weights
+            splits, num_bags = np.zeros([0], np.int64), bags.num_bags
+        lists["ids"].append(tf.constant(ids))
+        lists["weights"].append(tf.constant(weights))
+        lists["bag_splits"].append(tf.constant(splits))
+        lists["num_bags"].append(tf.constant(num_bags))
+        kind = "segment_ids" if bags is None else bags.kind
+        lists["bag_kinds"].append(kind)
+        STATS["batched_bag_kinds"][kind] = STATS["batched_bag_kinds"].get(kind, 0) + 1
     try:
         return OPS.BatchedFusedDecodeAxpy(**lists,
                                           num_outputs=len(batched.cases))

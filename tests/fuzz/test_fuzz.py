@@ -264,6 +264,26 @@ def test_fuzzer_finding_stays_fixed(tag):
     fuzz_ops.check(case, fuzz_ops.run(case))  # raises Finding on a regression
 
 
+BATCHED_REPRODUCERS = {
+    # Feature 0 ([2**63 - 1, 1] output) has an id past its table, and
+    # feature 1's output pushed the sum of output elements past int64: the
+    # overflow error named no feature, before the bad id was seen.
+    "sum-of-outputs-overflow": fuzz_ops.BatchedCase([
+        pool_case(np.ones((1, 1), np.int8), np.ones([1], np.float32),
+                  np.array([0, 2], np.int64), np.array([0, 0], np.int64),
+                  EMPTY_F32, np.int64((1 << 63) - 1)),
+        pool_case(np.ones((3, 13), np.int8), np.ones([3], np.float32),
+                  np.array([1], np.int64), np.array([1], np.int64),
+                  EMPTY_F32, np.int64(9))], [None, None]),
+}
+
+
+@pytest.mark.parametrize("tag", sorted(BATCHED_REPRODUCERS))
+def test_batched_fuzzer_finding_stays_fixed(tag):
+    batched = BATCHED_REPRODUCERS[tag]
+    fuzz_ops.check_batched(batched, fuzz_ops.run_batched(batched))
+
+
 FOLDED_SCALE_CHILD = """
 import json, sys
 import numpy as np, tensorflow as tf

@@ -11,17 +11,22 @@ from absl.testing import parameterized
 import reference
 import tf_compressed_embedding as tfce
 from tf_compressed_embedding import _loader, quantization
-from tf_compressed_embedding.ops import _with_max_threads
+from tf_compressed_embedding.ops import _table_inputs, _with_max_threads
 
 FORMATS = quantization.FORMATS
 COMBINERS = ("sum", "mean", "sqrtn")
 DIMS = list(range(1, 34)) + [64, 128, 129]
 
 
+KINDS = ("ragged", "sparse", "padded")
+
+
 def random_feature(rng, fmt, dim, rows=37, batch=9, max_len=6,
-                   ragged=True, weighted=False, id_dtype=tf.int64):
-    """(CompressedTable, ids, weights): ids a RaggedTensor [batch, (ids)] or
-    its SparseTensor, with empty rows; weights of the same structure."""
+                   kind="ragged", weighted=False, id_dtype=tf.int64):
+    """(CompressedTable, ids, weights): ids a RaggedTensor [batch, (ids)],
+    its SparseTensor, or (padded) a dense [batch, max_len + 2] matrix with
+    each row's ids at random places among -1 padding; empty rows; weights
+    of the same structure."""
     ct = tfce.quantize(reference.random_table(rng, rows, dim), fmt)
     lengths = rng.integers(0, max_len + 1, size=batch)
     lengths[0] = 0
@@ -32,9 +37,21 @@ def random_feature(rng, fmt, dim, rows=37, batch=9, max_len=6,
     if weighted:
         weights = tf.RaggedTensor.from_row_lengths(
             rng.uniform(0.5, 1.5, lengths.sum()).astype(np.float32), lengths)
-    if not ragged:
+    if kind == "sparse":
         ids = ids.to_sparse()
         weights = None if weights is None else weights.to_sparse()
+    elif kind == "padded":
+        width = max_len + 2
+        matrix = np.full((batch, width), -1, id_dtype.as_numpy_dtype)
+        dense_weights = rng.uniform(-9, 9, (batch, width)).astype(np.float32)
+        for b, row in enumerate(ids.numpy()):
+            places = np.sort(rng.choice(width, len(row), replace=False))
+            matrix[b, places] = row
+            if weighted:
+                dense_weights[b, places] = weights[b].numpy()
+        matrix[matrix < 0] = rng.integers(-5, 0, int((matrix < 0).sum()))
+        ids = tf.constant(matrix)
+        weights = tf.constant(dense_weights) if weighted else None
     return ct, ids, weights
 
 
@@ -44,6 +61,10 @@ def one_by_one(ct, ids, weights, combiner):
     if isinstance(ids, tf.RaggedTensor):
         segment_ids, values, rows = ids.value_rowids(), ids.flat_values, ids.nrows()
         w = None if weights is None else weights.flat_values
+    elif not isinstance(ids, tf.SparseTensor):  # padded: the ids >= 0
+        where = tf.where(ids >= 0)
+        segment_ids, values, rows = where[:, 0], tf.gather_nd(ids, where), ids.shape[0]
+        w = None if weights is None else tf.gather_nd(weights, where)
     else:
         segment_ids, values, rows = ids.indices[:, 0], ids.values, ids.dense_shape[0]
         w = None if weights is None else weights.values
@@ -52,6 +73,12 @@ def one_by_one(ct, ids, weights, combiner):
 
 
 def numpy_reference(ct, ids, weights, combiner):
+    if not isinstance(ids, (tf.SparseTensor, tf.RaggedTensor)):
+        ids = tf.RaggedTensor.from_tensor(ids, ragged_rank=1)
+        ids, weights = (
+            tf.ragged.boolean_mask(ids, ids >= 0),
+            None if weights is None else tf.ragged.boolean_mask(
+                tf.RaggedTensor.from_tensor(weights, ragged_rank=1), ids >= 0))
     if isinstance(ids, tf.SparseTensor):
         ids = tf.RaggedTensor.from_sparse(ids)
         weights = None if weights is None else tf.RaggedTensor.from_sparse(weights)
@@ -69,7 +96,7 @@ class BatchedValuesTest(tf.test.TestCase, parameterized.TestCase):
                                                       weighted, id_dtype):
         rng = np.random.default_rng(21)
         features = [random_feature(rng, FORMATS[i % len(FORMATS)], dim,
-                                   ragged=i % 2 == 0, weighted=weighted,
+                                   kind=KINDS[i % 3], weighted=weighted,
                                    id_dtype=id_dtype)
                     for i, dim in enumerate(DIMS)]
         tables, ids, weights = zip(*features)
@@ -86,7 +113,7 @@ class BatchedValuesTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_concat_is_the_outputs_side_by_side(self):
         rng = np.random.default_rng(22)
-        features = [random_feature(rng, fmt, dim, ragged=dim % 2 == 0)
+        features = [random_feature(rng, fmt, dim, kind=KINDS[dim % 3])
                     for fmt, dim in zip(FORMATS * 3, range(3, 40, 3))]
         tables, ids, _ = zip(*features)
         combiners = [COMBINERS[f % 3] for f in range(len(features))]
@@ -163,7 +190,7 @@ class BatchedValuesTest(tf.test.TestCase, parameterized.TestCase):
         rng = np.random.default_rng(26)
         features = [random_feature(rng, FORMATS[f % len(FORMATS)], 16 + f,
                                    rows=3000, batch=600, max_len=40,
-                                   ragged=f % 2 == 0, weighted=True)
+                                   kind=KINDS[f % 3], weighted=True)
                     for f in range(12)]
         tables, ids, weights = zip(*features)
 
@@ -239,6 +266,67 @@ class BatchedValuesTest(tf.test.TestCase, parameterized.TestCase):
                             batched(ids, np.array([0, 0, 3, 3]), np.int64(-1)))
 
 
+    def matrix_kind(self, ct, ids, kind, num_bags=-1, weights=None,
+                    combiner="sum"):
+        """The raw op on one 'dense' or 'padded' feature."""
+        table = _table_inputs(ct)
+        return _loader.ops().batched_fused_decode_axpy(
+            tables=[table["table"]], scales=[table["scales"]], ids=[ids],
+            bag_splits=[tf.zeros([0], tf.int64)],
+            weights=[tf.zeros([0]) if weights is None else weights],
+            num_bags=[np.int64(num_bags)],
+            row_formats=[table.get("row_format", "plain")],
+            dims=[table.get("dim", -1)], combiners=[combiner],
+            bag_kinds=[kind], num_outputs=1)[0]
+
+    @parameterized.product(fmt=FORMATS, id_dtype=(np.int32, np.int64))
+    def test_dense_rows_are_bags(self, fmt, id_dtype):
+        rng = np.random.default_rng(29)
+        ct = tfce.quantize(reference.random_table(rng, 40, 9), fmt)
+        ids = rng.integers(0, 40, (6, 5)).astype(id_dtype)
+        weights = rng.uniform(0.5, 1.5, (6, 5)).astype(np.float32)
+        segment_ids = np.repeat(np.arange(6), 5)
+        for num_bags in (-1, 6):
+            got = self.matrix_kind(ct, ids, "dense", num_bags, weights, "sqrtn")
+            self.assertAllEqual(got, tfce.fused_decode_axpy(
+                ct, ids.reshape(-1), segment_ids, weights.reshape(-1),
+                "sqrtn", num_segments=6))
+        # Zero rows, and rows of zero ids (empty bags: zeros).
+        self.assertEqual(self.matrix_kind(ct, ids[:0], "dense").shape, (0, 9))
+        self.assertAllEqual(self.matrix_kind(ct, ids[:, :0], "dense"),
+                            np.zeros((6, 9)))
+
+    @parameterized.parameters(*FORMATS)
+    def test_padded_rows_count_as_sparse_segment_ops_do(self, fmt):
+        # -1: the last row with an id + 1, as the SparseTensor of
+        # tf.where(ids >= 0) pooled by a SparseSegment* op; a larger num_bags
+        # adds empty bags.
+        rng = np.random.default_rng(30)
+        ct = tfce.quantize(reference.random_table(rng, 40, 6), fmt)
+        ids = np.array([[-1, 3, -7, 4], [-1] * 4, [0, -1, 39, 39],
+                        [-1] * 4, [-2] * 4], np.int64)
+        where = tf.where(ids >= 0)
+        values, segment_ids = tf.gather_nd(ids, where), where[:, 0]
+        got = self.matrix_kind(ct, ids, "padded", combiner="mean")
+        self.assertAllEqual(got, tfce.fused_decode_axpy(
+            ct, values, segment_ids, combiner="mean"))
+        self.assertEqual(got.shape, (3, 6))
+        got = self.matrix_kind(ct, ids, "padded", num_bags=8, combiner="mean")
+        self.assertAllEqual(got, tfce.fused_decode_axpy(
+            ct, values, segment_ids, combiner="mean", num_segments=8))
+        self.assertEqual(self.matrix_kind(ct, np.full((4, 2), -1), "padded")
+                         .shape, (0, 6))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64)])
+        def graph(ids):
+            return [self.matrix_kind(ct, ids, "padded", combiner="mean"),
+                    self.matrix_kind(ct, tf.maximum(ids, 0), "dense")]
+
+        shapes = [o.shape.as_list()
+                  for o in graph.get_concrete_function().structured_outputs]
+        self.assertEqual(shapes, [[None, 6], [None, 6]])
+        self.assertAllEqual(graph(ids)[0], got[:3])
+
 def raw_batched(features, concat=False, names=(), **overrides):
     """The raw op on `features`: dicts with table, scales, ids, bag_splits,
     weights, num_bags and the attrs row_format, dim, combiner, bag_kind."""
@@ -304,6 +392,35 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
                               num_bags=-1)
         self.assert_invalid(r"feature 0: ids\[0\] = -1 is not in \[0, 10\)",
                             [ragged, bad])
+
+    def test_dense_and_padded_bag_kinds(self):
+        def matrix(kind, ids=((1, 2), (3, -1)), **kw):
+            return self.feature(ids=ids, splits=(), kind=kind, **kw)
+
+        for kind in ("dense", "padded"):
+            self.assert_invalid(
+                rf"feature 1: ids must be a matrix \[rows, width\] \(bag kind "
+                rf"'{kind}'\), but has shape \[2\]",
+                [self.feature(), self.feature(splits=(), kind=kind)])
+            self.assert_invalid(
+                rf"feature 0: bag_splits must be empty, shape \[0\], for bag "
+                rf"kind '{kind}'",
+                [dict(matrix(kind), bag_splits=np.zeros(2, np.int64))])
+            self.assert_invalid(
+                r"feature 0: weights must have the shape of ids, \[2,2\], or "
+                r"\[0\] \(unweighted\), but has shape \[4\]",
+                [matrix(kind, weights=np.ones(4))])
+            self.assert_invalid(r"feature 0: ids\[0,1\] = 10 is not in \[0, 10\)",
+                                [matrix(kind, ids=((1, 10), (3, 4)))])
+        self.assert_invalid(r"feature 0: ids\[1,1\] = -1 is not in \[0, 10\)",
+                            [matrix("dense")])
+        self.assert_invalid(r"feature 0: num_bags = 3 but ids has 2 rows: pass "
+                            r"-1 or 2", [matrix("dense", num_bags=3)])
+        self.assert_invalid(r"feature 0: num_bags = 1 but row 1 of ids holds "
+                            r"ids: pass -1 \(the last row with an id \+ 1\) or "
+                            r"at least 2", [matrix("padded", num_bags=1)])
+        self.assert_invalid(r"feature 0: num_bags = -2 must be >= 0",
+                            [matrix("padded", num_bags=-2)])
 
     def test_first_feature_with_a_bad_id_is_reported(self):
         # Both bad: the report does not depend on which thread saw which.
@@ -385,7 +502,8 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
         cases = [
             ({"combiners": ["max"]}, r"feature 0: combiner must be one of"),
             ({"bag_kinds": ["lengths"]}, r"feature 0: bag_kinds must be "
-                                         r"'segment_ids' or 'row_splits'"),
+                                         r"'segment_ids', 'row_splits', "
+                                         r"'dense' or 'padded', got 'lengths'"),
             ({"dims": [-1, -1]}, r"attr dims must have one entry per feature"),
             ({"num_outputs": 2}, r"attr num_outputs must be 1"),
             ({"feature_names": ["a", "b"]}, r"attr feature_names must be "
@@ -437,8 +555,19 @@ class BatchedPythonApiTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, "combiner must be one of"):
             tfce.batched_embedding_lookup_sparse([ct], [ids], combiners="max")
         with self.assertRaisesRegex(TypeError, r"sp_ids\[0\] must be a "
-                                               r"SparseTensor or RaggedTensor"):
-            tfce.batched_embedding_lookup_sparse([ct], [tf.constant([[1]])])
+                                               r"SparseTensor, a RaggedTensor "
+                                               r"or a dense int tensor"):
+            tfce.batched_embedding_lookup_sparse([ct], [{"ids": 1}])
+        with self.assertRaisesRegex(TypeError, r"sp_ids\[0\] must hold int32 "
+                                               r"or int64 ids, got float32"):
+            tfce.batched_embedding_lookup_sparse([ct], [tf.constant([[1.0]])])
+        with self.assertRaisesRegex(ValueError, r"sp_ids\[0\] must be a dense "
+                                                r"\[batch, length\] matrix"):
+            tfce.batched_embedding_lookup_sparse([ct], [tf.constant([1])])
+        with self.assertRaisesRegex(ValueError, r"sp_weights\[0\] must have "
+                                                r"the shape of sp_ids\[0\]"):
+            tfce.batched_embedding_lookup_sparse(
+                [ct], [tf.constant([[1, -1]])], [tf.ones([2, 3])])
         with self.assertRaisesRegex(ValueError, "feature_names must be a list"):
             tfce.batched_embedding_lookup_sparse([ct], [ids],
                                                  feature_names="a")
