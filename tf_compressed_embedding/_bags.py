@@ -106,8 +106,8 @@ def from_dense(ids, weights=None, mask=None, owner=""):
 def from_padded(ids, weights=None, owner="", names=("ids", "weights")):
     """Dense ids ``[batch, length]`` padded with negative ids, one bag per
     row, as the batched op's 'padded' bag kind takes them: ``ids`` stays a
-    matrix (``segment_ids`` is None) and ``weights``, if given, must have
-    its shape."""
+    matrix, ``segment_ids`` and ``num_bags`` are None (the op counts the
+    rows) and ``weights``, if given, must have its shape."""
     ids_name, weights_name = names
     if isinstance(ids, (tf.RaggedTensor, tf.SparseTensor)) or not (
             tf.is_tensor(ids) or isinstance(ids, (list, tuple))
@@ -132,7 +132,7 @@ def from_padded(ids, weights=None, owner="", names=("ids", "weights")):
         if not weights.shape.is_compatible_with(ids.shape):
             raise ValueError(f"{owner}{weights_name} must have the shape of "
                              f"{ids_name}, {ids.shape}, got {weights.shape}")
-    return Bags(ids, None, weights, tf.shape(ids, out_type=tf.int64)[0])
+    return Bags(ids, None, weights, None)
 
 
 def without_id(bags, padding_id=0):

@@ -300,6 +300,10 @@ def _per_feature(value, count, name):
     return [value] * count
 
 
+# The batched op's num_bags -1: it counts the rows of the splits or matrix.
+_ROWS_OF_BAGS = ("rows_of_bags", lambda: tf.constant(-1, tf.int64))
+
+
 def batched_embedding_lookup_sparse(tables, sp_ids, sp_weights=None,
                                     combiners="mean", concat=False,
                                     feature_names=None, name=None):
@@ -388,8 +392,7 @@ def batched_embedding_lookup_sparse(tables, sp_ids, sp_weights=None,
             if isinstance(ids, tf.RaggedTensor):
                 bags = _bags.from_ragged(ids, weights, names=names)
                 splits = ids.row_splits
-                num_bags = constant("rows_from_splits",
-                                    lambda: tf.constant(-1, tf.int64))
+                num_bags = constant(*_ROWS_OF_BAGS)
                 kind = "row_splits"
             elif isinstance(ids, tf.SparseTensor):
                 bags = _bags.from_sparse(ids, weights, names=names)
@@ -399,7 +402,7 @@ def batched_embedding_lookup_sparse(tables, sp_ids, sp_weights=None,
             else:
                 bags = _bags.from_padded(ids, weights, names=names)
                 splits = constant("no_splits", lambda: tf.zeros([0], tf.int64))
-                num_bags = bags.num_bags
+                num_bags = constant(*_ROWS_OF_BAGS)
                 kind = "padded"
             op_inputs["ids"].append(bags.ids)
             op_inputs["bag_splits"].append(splits)

@@ -34,11 +34,14 @@ using ::tensorflow::OpOutputList;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
-// num_bags -1 asks the op to count the rows as the matching stock op
-// would: row splits and dense ids give them (len - 1, ids' rows); sorted
-// segment ids and padded ids the last row with an id + 1, as SparseSegment*
-// ops without num_segments do.
-constexpr int64_t kRowsFromBags = -1;
+// num_bags values that ask the op to count a feature's rows itself.
+// kRowsOfBags: the rows its bag structure has (row splits: len - 1; dense
+// and padded ids: their rows; sorted segment ids: the last id + 1).
+// kRowsWithIds: the last row holding an id + 1 (0 without ids), as
+// SparseSegment* ops without num_segments count them: the rows TF's
+// embedding_lookup_sparse outputs for a SparseTensor or RaggedTensor.
+constexpr int64_t kRowsOfBags = -1;
+constexpr int64_t kRowsWithIds = -2;
 
 // One feature's inputs, checked.
 struct Feature {
@@ -284,11 +287,23 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
             splits.shape().DebugString());
       }
       feature->num_bags = splits.dim_size(0) - 1;
-      if (given != kRowsFromBags && given != feature->num_bags) {
+      if (given == kRowsWithIds) {
+        // Drops the trailing empty rows of the splits as read here;
+        // CheckBags checks the copy it uses agrees.
+        const int64_t rows = feature->num_bags;
+        feature->num_bags = 0;
+        for (int64_t b = rows; b >= 1; --b) {
+          if (SplitAt(splits, b) != SplitAt(splits, b - 1)) {
+            feature->num_bags = b;
+            break;
+          }
+        }
+      } else if (given != kRowsOfBags && given != feature->num_bags) {
         return InvalidArgument(
             "num_bags = ", given, " but row_splits has ", splits.dim_size(0),
             " elements, so ", feature->num_bags,
-            " rows: pass -1 (the rows the splits give) or their number");
+            " rows: pass -1 (the rows the splits give), -2 (the last row "
+            "holding an id + 1) or their number");
       }
       return absl::OkStatus();
     }
@@ -297,7 +312,7 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
           "segment_ids must have the same size as ids: ids has ",
           feature->num_ids, " elements, segment_ids has ", splits.dim_size(0));
     }
-    if (given == kRowsFromBags) {
+    if (given == kRowsOfBags || given == kRowsWithIds) {
       // A last id that is negative or that cannot be counted past gives 0
       // rows, and CheckBags then names it.
       const int64_t last =
@@ -315,7 +330,7 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
   }
 
   // ReadBagInputs of a 'dense' or 'padded' feature: ids [rows, width], no
-  // bag_splits. A padded feature's num_bags stays kRowsFromBags until
+  // bag_splits. A padded feature's num_bags stays kRowsWithIds until
   // PackPadded has counted its rows.
   static absl::Status ReadMatrixBagInputs(const Tensor& num_bags,
                                           Feature* feature) {
@@ -346,15 +361,19 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
     const int64_t given = ScalarInt(num_bags);
     if (dense) {
       feature->num_ids = ids.NumElements();
-      feature->num_bags = rows;
-      if (given != kRowsFromBags && given != rows) {
+      feature->num_bags = given == kRowsWithIds && ids.dim_size(1) == 0 ? 0 : rows;
+      if (given != kRowsOfBags && given != kRowsWithIds && given != rows) {
         return InvalidArgument("num_bags = ", given, " but ids has ", rows,
-                               " rows: pass -1 or ", rows);
+                               " rows: pass -1, -2 or ", rows);
       }
       return absl::OkStatus();
     }
-    if (given == kRowsFromBags) {
-      feature->num_bags = kRowsFromBags;
+    if (given == kRowsOfBags) {
+      feature->num_bags = rows;
+      return absl::OkStatus();
+    }
+    if (given == kRowsWithIds) {
+      feature->num_bags = kRowsWithIds;
       return absl::OkStatus();
     }
     return ReadNumSegments(num_bags, "num_bags", &feature->num_bags);
@@ -390,16 +409,22 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
     }
     feature->ids = &feature->packed_ids;
     feature->weights = &feature->packed_weights;
-    if (feature->num_bags == kRowsFromBags) {
+    if (feature->num_bags == kRowsWithIds) {
       feature->num_bags = rows_with_ids;
     } else if (feature->num_bags < rows_with_ids) {
       return InvalidArgument("num_bags = ", feature->num_bags, " but row ",
                              rows_with_ids - 1,
-                             " of ids holds ids: pass -1 (the last row with "
-                             "an id + 1) or at least ",
+                             " of ids holds ids: pass -1 (ids' rows), -2 "
+                             "(the last row holding an id + 1) or at least ",
                              rows_with_ids);
     }
     return absl::OkStatus();
+  }
+
+  static int64_t SplitAt(const Tensor& splits, int64_t i) {
+    return splits.dtype() == tensorflow::DT_INT32
+               ? int64_t{splits.flat<int32_t>()(i)}
+               : splits.flat<int64_t>()(i);
   }
 
   static int64_t ScalarInt(const Tensor& t) {
@@ -415,8 +440,7 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
         return SegmentIdsToOffsets(*feature.bag_splits, feature.num_bags,
                                    offsets);
       case BagKind::kRowSplits:
-        return RowSplitsToOffsets(*feature.bag_splits, feature.num_ids,
-                                  offsets);
+        return CheckRowSplits(feature, offsets);
       case BagKind::kDense:
         if (offsets != nullptr) {
           const int64_t width = feature.ids->dim_size(1);
@@ -436,6 +460,25 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
         return absl::OkStatus();
     }
     return absl::InternalError("unknown bag kind");
+  }
+
+  // CheckBags of row splits: all of them are checked, the first
+  // num_bags + 1 written (fewer when -2 dropped trailing empty rows).
+  static absl::Status CheckRowSplits(const Feature& feature,
+                                     int64_t* offsets) {
+    const Tensor& splits = *feature.bag_splits;
+    if (feature.num_bags == splits.dim_size(0) - 1) {
+      return RowSplitsToOffsets(splits, feature.num_ids, offsets);
+    }
+    std::vector<int64_t> all(splits.dim_size(0));
+    TF_RETURN_IF_ERROR(RowSplitsToOffsets(splits, feature.num_ids, all.data()));
+    if (all[feature.num_bags] != feature.num_ids) {
+      return absl::InternalError("row_splits changed while the op read them");
+    }
+    if (offsets != nullptr) {
+      std::copy(all.begin(), all.begin() + feature.num_bags + 1, offsets);
+    }
+    return absl::OkStatus();
   }
 
   static absl::Status CheckFeatureIds(const Feature& feature) {

@@ -74,11 +74,15 @@ absl::Status BatchedFusedDecodeAxpyShape(InferenceContext* c) {
     const bool matrix = kind == BagKind::kDense || kind == BagKind::kPadded;
     const int index = static_cast<int>(kNumBags * n + f);
     const ::tensorflow::Tensor* given = c->input_tensor(index);
-    const bool count_rows =
-        given != nullptr && given->dims() == 0 &&
-        (given->dtype() == ::tensorflow::DT_INT32
-             ? int64_t{given->scalar<int32_t>()()}
-             : given->scalar<int64_t>()()) == -1;
+    // num_bags -1: the rows of the bag structure; -2: the last row holding
+    // an id + 1 (see the op's doc).
+    int64_t count_rows = 0;
+    if (given != nullptr && given->dims() == 0) {
+      const int64_t value = given->dtype() == ::tensorflow::DT_INT32
+                                ? int64_t{given->scalar<int32_t>()()}
+                                : given->scalar<int64_t>()();
+      if (value == -1 || value == -2) count_rows = value;
+    }
     absl::Status status = c->WithRank(input(kTables, f), 2, &table);
     if (status.ok()) status = c->WithRank(input(kScales, f), 1, &scales);
     if (status.ok()) {
@@ -92,16 +96,19 @@ absl::Status BatchedFusedDecodeAxpyShape(InferenceContext* c) {
     if (status.ok() && kind == BagKind::kSegmentIds) {
       status = c->Merge(ids, splits, &ids);
     }
-    if (status.ok()) {
-      if (kind == BagKind::kRowSplits) {
-        status = c->Subtract(c->Dim(splits, 0), 1, &bags[f]);
-      } else if (kind == BagKind::kDense) {
-        bags[f] = c->Dim(ids, 0);
-      } else if (count_rows) {  // counted from the segment or padded ids
-        bags[f] = c->UnknownDim();
-      } else {
-        status = c->MakeDimForScalarInput(index, &bags[f]);
-      }
+    if (!status.ok()) {
+      // Named below.
+    } else if (count_rows == -2 && kind != BagKind::kSegmentIds) {
+      bags[f] = c->UnknownDim();  // counted from the values
+    } else if (kind == BagKind::kRowSplits) {
+      status = c->Subtract(c->Dim(splits, 0), 1, &bags[f]);
+    } else if (kind == BagKind::kDense ||
+               (kind == BagKind::kPadded && count_rows == -1)) {
+      bags[f] = c->Dim(ids, 0);
+    } else if (count_rows != 0) {  // segment ids: the last id + 1
+      bags[f] = c->UnknownDim();
+    } else {
+      status = c->MakeDimForScalarInput(index, &bags[f]);
     }
     TF_RETURN_IF_ERROR(attrs.Labeled(f, status));
     dims[f] = attrs.dims[f] < 0 ? c->Dim(table, 1) : c->MakeDim(attrs.dims[f]);
@@ -221,19 +228,25 @@ results of N FusedDecodeAxpy calls, one per feature f on tables[f] with
 ids[f], its bags, weights[f] and combiners[f], as N outputs or (concat)
 side by side in one [num_bags, sum of dims] output.
 
-Feature f's bags are given by bag_kinds[f]: 'segment_ids' (bag_splits[f]
-are sorted segment ids, one per id, in [0, num_bags[f]), as in
-FusedDecodeAxpy; num_bags[f] -1 counts the rows as SparseSegment* ops
-without num_segments do: the last segment id + 1) or 'row_splits'
-(bag_splits[f] are a RaggedTensor's row splits [rows + 1]: bag b is
-ids[row_splits[b]:row_splits[b + 1]]; num_bags[f] is -1 or the number of
-rows), 'dense' (ids[f] is [rows, width] and each row is a bag;
-num_bags[f] is -1 or rows) or 'padded' (ids[f] is [rows, width] and row
-r's ids >= 0 are bag r, the rest padding: what tf.where(ids >= 0) and
-gather_nd make a SparseTensor of; num_bags[f] -1 counts the last row with
-an id + 1, as the SparseTensor's segment ids would). Features may share a
-table (the same tensor passed twice). Errors name the feature (and its name, when
-feature_names gives them).
+Feature f's bags are given by bag_kinds[f]:
+- 'segment_ids': bag_splits[f] are sorted segment ids, one per id, in
+  [0, num_bags[f]), as in FusedDecodeAxpy;
+- 'row_splits': bag_splits[f] are a RaggedTensor's row splits [rows + 1]:
+  bag b is ids[row_splits[b]:row_splits[b + 1]];
+- 'dense': ids[f] is [rows, width] and each row is a bag;
+- 'padded': ids[f] is [rows, width], and row r's ids >= 0 are bag r, the
+  rest padding (the bags of the SparseTensor tf.where(ids >= 0) and
+  tf.gather_nd make).
+The feature's number of output rows, num_bags[f], is exactly the rows of
+'dense' and 'row_splits' features, and for the other kinds at least the
+last row holding an id + 1 (the rest are empty bags). Two values ask the
+op to count them: -1 the rows of the bag structure (row splits' rows,
+the rows of dense and padded ids, the last segment id + 1); -2 the last
+row holding an id + 1, as SparseSegment* ops without num_segments count
+them (the rows tf.nn.embedding_lookup_sparse gives a SparseTensor or a
+RaggedTensor). Features may share a table (the same tensor passed
+twice). Errors name the feature (and its name, when feature_names gives
+it).
 
 tables: N tables: [V, D] int8 or half rows (row_formats[f] 'plain'), or
   uint8 [V, R] records of a rowwise format (as FusedDecodeAxpy's table).
@@ -245,7 +258,7 @@ bag_splits: N vectors: segment ids [len(ids)], row splits [rows + 1], or
 weights: N float32 tensors: per-id weights of the shape of ids, or [0]
   unweighted.
 num_bags: N int32 or int64 scalars: the feature's number of output rows,
-  or -1 (see above).
+  or -1 or -2 (see above).
 outputs: N float32 [num_bags[f], D_f], or one [num_bags, sum D_f] (concat).
 row_formats: each feature's table layout, as FusedDecodeAxpy's row_format.
 dims: each feature's D for rowwise formats, -1 for 'plain'.

@@ -298,34 +298,53 @@ class BatchedValuesTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.parameters(*FORMATS)
     def test_padded_rows_count_as_sparse_segment_ops_do(self, fmt):
-        # -1: the last row with an id + 1, as the SparseTensor of
-        # tf.where(ids >= 0) pooled by a SparseSegment* op; a larger num_bags
-        # adds empty bags.
+        # -2: the last row with an id + 1, as a SparseSegment* op pools the
+        # SparseTensor of tf.where(ids >= 0); -1: every row of ids; a larger
+        # num_bags adds empty bags.
         rng = np.random.default_rng(30)
         ct = tfce.quantize(reference.random_table(rng, 40, 6), fmt)
         ids = np.array([[-1, 3, -7, 4], [-1] * 4, [0, -1, 39, 39],
                         [-1] * 4, [-2] * 4], np.int64)
         where = tf.where(ids >= 0)
         values, segment_ids = tf.gather_nd(ids, where), where[:, 0]
-        got = self.matrix_kind(ct, ids, "padded", combiner="mean")
-        self.assertAllEqual(got, tfce.fused_decode_axpy(
-            ct, values, segment_ids, combiner="mean"))
-        self.assertEqual(got.shape, (3, 6))
-        got = self.matrix_kind(ct, ids, "padded", num_bags=8, combiner="mean")
-        self.assertAllEqual(got, tfce.fused_decode_axpy(
-            ct, values, segment_ids, combiner="mean", num_segments=8))
-        self.assertEqual(self.matrix_kind(ct, np.full((4, 2), -1), "padded")
-                         .shape, (0, 6))
+        for num_bags, rows in ((-2, None), (-1, 5), (8, 8)):
+            got = self.matrix_kind(ct, ids, "padded", num_bags, combiner="mean")
+            self.assertAllEqual(got, tfce.fused_decode_axpy(
+                ct, values, segment_ids, combiner="mean", num_segments=rows))
+        self.assertEqual(got.shape, (8, 6))
+        self.assertEqual(self.matrix_kind(ct, np.full((4, 2), -1), "padded",
+                                          -2).shape, (0, 6))
 
         @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64)])
         def graph(ids):
-            return [self.matrix_kind(ct, ids, "padded", combiner="mean"),
-                    self.matrix_kind(ct, tf.maximum(ids, 0), "dense")]
+            return [self.matrix_kind(ct, ids, "padded", -2, combiner="mean"),
+                    self.matrix_kind(ct, tf.maximum(ids, 0), "dense", -2)]
 
         shapes = [o.shape.as_list()
                   for o in graph.get_concrete_function().structured_outputs]
         self.assertEqual(shapes, [[None, 6], [None, 6]])
         self.assertAllEqual(graph(ids)[0], got[:3])
+
+    def test_row_splits_minus_two_drops_trailing_empty_rows(self):
+        # What tf.nn.embedding_lookup_sparse of a RaggedTensor outputs.
+        rng = np.random.default_rng(31)
+        ct = tfce.quantize(reference.random_table(rng, 40, 5), "int8")
+        table = _table_inputs(ct)
+        for lengths in ([2, 0, 3, 0, 0], [0, 0], [1], []):
+            ragged = tf.RaggedTensor.from_row_lengths(
+                rng.integers(0, 40, sum(lengths)), lengths)
+            got = _loader.ops().batched_fused_decode_axpy(
+                tables=[table["table"]], scales=[table["scales"]],
+                ids=[ragged.flat_values], bag_splits=[ragged.row_splits],
+                weights=[tf.zeros([0])], num_bags=[np.int64(-2)],
+                row_formats=[table["row_format"]], dims=[table["dim"]],
+                combiners=["sqrtn"], bag_kinds=["row_splits"],
+                num_outputs=1)[0]
+            self.assertAllEqual(got, tfce.fused_decode_axpy(
+                ct, ragged.flat_values, ragged.value_rowids(), combiner="sqrtn"))
+            if sum(lengths):
+                self.assertEqual(got.shape, tf.nn.embedding_lookup_sparse(
+                    ct.dequantize(), ragged, None, combiner="sqrtn").shape)
 
 def raw_batched(features, concat=False, names=(), **overrides):
     """The raw op on `features`: dicts with table, scales, ids, bag_splits,
@@ -415,12 +434,13 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
         self.assert_invalid(r"feature 0: ids\[1,1\] = -1 is not in \[0, 10\)",
                             [matrix("dense")])
         self.assert_invalid(r"feature 0: num_bags = 3 but ids has 2 rows: pass "
-                            r"-1 or 2", [matrix("dense", num_bags=3)])
+                            r"-1, -2 or 2", [matrix("dense", num_bags=3)])
         self.assert_invalid(r"feature 0: num_bags = 1 but row 1 of ids holds "
-                            r"ids: pass -1 \(the last row with an id \+ 1\) or "
-                            r"at least 2", [matrix("padded", num_bags=1)])
-        self.assert_invalid(r"feature 0: num_bags = -2 must be >= 0",
-                            [matrix("padded", num_bags=-2)])
+                            r"ids: pass -1 \(ids' rows\), -2 \(the last row "
+                            r"holding an id \+ 1\) or at least 2",
+                            [matrix("padded", num_bags=1)])
+        self.assert_invalid(r"feature 0: num_bags = -3 must be >= 0",
+                            [matrix("padded", num_bags=-3)])
 
     def test_first_feature_with_a_bad_id_is_reported(self):
         # Both bad: the report does not depend on which thread saw which.
@@ -452,6 +472,11 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
                             [ragged(np.zeros([0], np.int64), ids=())])
         self.assert_invalid(r"feature 0: num_bags = 3 but row_splits has 2 "
                             r"elements, so 1 rows", [ragged((0, 2), num_bags=3)])
+        # -2 drops trailing empty rows, but every split is still checked.
+        self.assert_invalid(r"feature 0: row_splits are not sorted",
+                            [ragged((0, 2, 1, 2), num_bags=-2)])
+        self.assert_invalid(r"feature 0: row_splits\[2\] = 3 must be the "
+                            r"number of ids, 2", [ragged((0, 2, 3), num_bags=-2)])
         self.assert_invalid(r"feature 0: row_splits must be a vector",
                             [ragged([[0, 2]])])
 
@@ -461,8 +486,8 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
         self.assert_invalid(r"feature 1: weights must have shape \[2\] \(one "
                             r"per id\) or \[0\]",
                             [self.feature(), self.feature(weights=[1.0])])
-        self.assert_invalid(r"feature 0: num_bags = -2 must be >= 0",
-                            [self.feature(num_bags=-2)])
+        self.assert_invalid(r"feature 0: num_bags = -3 must be >= 0",
+                            [self.feature(num_bags=-3)])
         f = self.feature()
         f["num_bags"] = np.array([2], np.int64)
         self.assert_invalid(r"feature 0: num_bags must be a scalar", [f])
