@@ -164,7 +164,7 @@ def infer_shapes(graph_def):
     casts so that their shapes propagate."""
     specs = _imported_specs(graph_def)
     scalar_finds = [n.name for n in graph_def.node if n.op in _TABLE_FIND_OPS
-                    and _known_rank(specs, n.input[2]) == 0]
+                    and known_rank(specs, n.input[2]) == 0]
     if not scalar_finds:
         return specs
     scratch = graph_pb2.GraphDef()
@@ -186,11 +186,14 @@ def infer_shapes(graph_def):
 _TABLE_FIND_OPS = ("LookupTableFindV2",)
 
 
-def _known_rank(specs, tensor):
+def known_rank(specs, tensor):
+    """The rank of `tensor` in `specs` ({node: [(TensorShape or None,
+    dtype)]}), or None when unknown."""
     outputs = specs.get(node_name(tensor))
     if not outputs or output_index(tensor) >= len(outputs):
         return None
-    return outputs[output_index(tensor)][0].rank
+    shape = outputs[output_index(tensor)][0]
+    return None if shape is None else shape.rank
 
 
 def _imported_specs(graph_def):

@@ -61,6 +61,9 @@ class Emitter:
         # num_segments tensors this emitter computed as max(segment_ids) + 1
         # -> those segment_ids (the batched op counts them itself).
         self.segment_counts = {}
+        # Segment ids this emitter computed for a dense [B, L] bag -> its
+        # ids matrix (the batched op takes the matrix as it is).
+        self.dense_bags = {}
 
     def _dtype(self, tensor):
         return self.specs[node_name(tensor)][output_index(tensor)][1]
@@ -334,6 +337,7 @@ class Emitter:
                          [bag_size, one], T=tf.int64)
         segment_ids = ed.add(ed.unique_name(base + "/segment_ids"), "FloorDiv",
                              [positions, divisor], T=tf.int64)
+        self.dense_bags[segment_ids] = ids
         return flat, self._record(segment_ids, tf.int64), self._record(bags, tf.int64)
 
     def _weights(self, base, pooled):

@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from export_tools.graph_edit import CONTROL_FLOW_OPS, node_name, output_index
+from export_tools.graph_edit import CONTROL_FLOW_OPS, known_rank, node_name, output_index
 
 _SPARSE_SEGMENT = {
     "SparseSegmentSum": "sum", "SparseSegmentMean": "mean", "SparseSegmentSqrtN": "sqrtn",
@@ -222,15 +222,9 @@ def _denominator_combiner(editor, denominator, scaled, segment_ids):
 def _reduces_bag_axis(editor, node, specs, gather):
     # The gathered rows are [B, L, D] when the ids are [B, L] (the gather's own
     # shape is unknown: resource placeholders carry no shape).
-    if _rank(specs, gather.ids) != 2 or node.attr["keep_dims"].b:
+    if known_rank(specs, gather.ids) != 2 or node.attr["keep_dims"].b:
         return False
     return _is_const(editor, node.input[1], (1, -2))
-
-
-def _rank(specs, tensor):
-    shape = specs.get(node_name(tensor), [(None, None)] * (output_index(tensor) + 1))[
-        output_index(tensor)][0]
-    return None if shape is None or shape.rank is None else shape.rank
 
 
 def _match_dense(editor, gather, reduce_node, specs, add):

@@ -185,8 +185,7 @@ def rewrite(analysis, chosen, formats, ops, batch=True):
     keep = list(analysis.outputs.values()) + analysis.input_tensors
     batched = []
     if ops == "fused" and batch:
-        batched = batch_pooled_lookups(editor, keep, table_names,
-                                       emitter.segment_counts)
+        batched = batch_pooled_lookups(editor, keep, table_names, emitter)
     editor.prune(keep)
     editor.strip_shape_attrs()
     for placeholder in chosen:

@@ -310,6 +310,74 @@ def test_pooled_lookups_become_one_batched_node(exported, kind, dtype):
         assert counts[op] == 0, op
 
 
+class _PreprocessedIds(tf.Module):
+    """Lookups whose id preprocessing the batched node absorbs: two
+    RaggedTensor inputs (values + row splits), padded ids made a
+    SparseTensor with tf.where(ids >= 0), and a dense [B, L] gather pooled
+    over its bag axis."""
+
+    def __init__(self, seed=5):
+        rng = np.random.default_rng(seed)
+        self.tables = [tf.Variable(rng.standard_normal(shape).astype(np.float32))
+                       for shape in ((50, 8), (40, 4), (30, 6), (20, 5))]
+
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64),
+                                  tf.RaggedTensorSpec([None, None], tf.int32),
+                                  tf.TensorSpec([None, None], tf.int64),
+                                  tf.TensorSpec([None, None], tf.int32)])
+    def serve(self, ragged, ragged32, padded, dense):
+        where = tf.where(padded >= 0)
+        sparse = tf.SparseTensor(where, tf.gather_nd(padded, where),
+                                 tf.shape(padded, out_type=tf.int64))
+        return {"ragged": tf.nn.embedding_lookup_sparse(self.tables[0], ragged, None,
+                                                        combiner="mean"),
+                "ragged32": tf.nn.embedding_lookup_sparse(self.tables[1], ragged32, None,
+                                                          combiner="sum"),
+                "padded": tf.nn.embedding_lookup_sparse(self.tables[2], sparse, None,
+                                                        combiner="sqrtn"),
+                "dense": tf.reduce_mean(tf.gather(self.tables[3], dense), axis=1)}
+
+
+def test_batched_node_absorbs_id_preprocessing(tmp_path):
+    """Ragged, padded and dense ids go into the batched node as they come
+    (bag kinds row_splits, padded, dense), their preprocessing is pruned,
+    and the outputs are the --no-batch export's, bit for bit, with TF's
+    row counts (trailing empty rows of ragged and padded ids dropped)."""
+    module = _PreprocessedIds()
+    src = str(tmp_path / "src")
+    tf.saved_model.save(module, src, signatures={"serving_default": module.serve})
+    paths, nodes = {}, {}
+    for batch in (True, False):
+        paths[batch] = str(tmp_path / f"batch_{batch}")
+        compress_saved_model(src, paths[batch], dtype="int8", ops="fused", min_rows=1,
+                             verify=True, isolate=False, batch=batch)
+        function = max(_meta_graph(paths[batch]).graph_def.library.function,
+                       key=lambda f: len(f.node_def))
+        nodes[batch] = [n for n in function.node_def if n.op != "Const"]
+    batched = [n for n in nodes[True] if n.op == "BatchedFusedDecodeAxpy"]
+    assert len(batched) == 1
+    assert sorted(batched[0].attr["bag_kinds"].list.s) == [
+        b"dense", b"padded", b"row_splits", b"row_splits"]
+    ops = collections.Counter(n.op for n in nodes[True])
+    assert ops["Where"] == ops["GatherNd"] == ops["FloorDiv"] == 0, ops
+    assert len(nodes[True]) < len(nodes[False]) / 3, (len(nodes[True]), len(nodes[False]))
+
+    ragged = tf.ragged.constant([[1, 2], [], [3, 4, 49], [], []], tf.int64)
+    ragged32 = tf.ragged.constant([[1], [2, 3, 3], [], []], tf.int32)
+    padded = tf.constant([[-1, 3, 4], [-1, -1, -1], [29, -1, 0], [-1, -1, -1]], tf.int64)
+    dense = tf.constant([[0, 19], [5, 5], [7, 1]], tf.int32)
+    feed = {"ragged": ragged.flat_values, "ragged_1": ragged.row_splits,
+            "ragged32": ragged32.flat_values, "ragged32_1": ragged32.row_splits,
+            "padded": padded, "dense": dense}
+    want = module.serve(ragged, ragged32, padded, dense)
+    got = {b: tf.saved_model.load(paths[b]).signatures["serving_default"](**feed)
+           for b in paths}
+    for key, value in want.items():
+        np.testing.assert_array_equal(got[True][key], got[False][key], err_msg=key)
+        assert got[True][key].shape == value.shape, key
+        np.testing.assert_allclose(got[True][key], value, atol=0.05, err_msg=key)
+
+
 @pytest.mark.parametrize("kind", sorted(FUSED_POOLING))
 def test_batched_export_equals_one_node_per_lookup(exported, kind, tmp_path):
     """The batched node's outputs are those of the FusedDecodeAxpy nodes it
