@@ -1,7 +1,8 @@
 """Gradient registrations, made by the loader once the library is loaded.
 
-FusedDecodeAxpy is differentiable with respect to ``weights`` only;
-compressed tables are not trainable, so the table inputs get no gradient.
+FusedDecodeAxpy and BatchedFusedDecodeAxpy are differentiable with respect
+to ``weights`` only; compressed tables are not trainable, so the table
+inputs get no gradient.
 """
 import tensorflow as tf
 
@@ -15,44 +16,110 @@ def register(ops_module):
         _ops_module = ops_module
         tf.no_gradient("CompressedEmbeddingLookup")
         tf.RegisterGradient("FusedDecodeAxpy")(_fused_decode_axpy_grad)
+        tf.RegisterGradient("BatchedFusedDecodeAxpy")(
+            _batched_fused_decode_axpy_grad)
 
 
-def _fused_decode_axpy_grad(op, grad):
-    """d out[s] / d w_i for the three combiners (x_i = decoded row i).
+def _pooled_weights_grad(lookup, segment_ids, weights, num_segments, out,
+                         grad, combiner):
+    """d loss / d w_i of one pooled feature, given its decoded rows
+    (`lookup()`), its ids' segment ids, its output and the output's
+    gradient (x_i = decoded row i, s its segment):
 
     sum:   x_i
     mean:  (x_i - out[s]) / W_s                      W_s = sum w
     sqrtn: (x_i - out[s] * w_i / R_s) / R_s          R_s = sqrt(sum w^2)
     A zero denominator (where the output is defined as 0) gives 0.
     """
-    table, scales, ids, segment_ids, weights, num_segments = op.inputs
-    no_grads = [None] * 5
+    rows = lookup()
+    g = tf.gather(grad, segment_ids)
+    if combiner == "sum":
+        return tf.reduce_sum(g * rows, axis=1)
+    out = tf.gather(out, segment_ids)
+    if combiner == "mean":
+        denom = tf.gather(tf.math.unsorted_segment_sum(
+            weights, segment_ids, num_segments), segment_ids)
+        return tf.math.divide_no_nan(tf.reduce_sum(g * (rows - out), 1), denom)
+    root = tf.gather(tf.sqrt(tf.math.unsorted_segment_sum(
+        weights * weights, segment_ids, num_segments)), segment_ids)
+    centred = rows - out * tf.math.divide_no_nan(weights, root)[:, None]
+    return tf.math.divide_no_nan(tf.reduce_sum(g * centred, 1), root)
 
-    def weights_grad():
-        combiner = op.get_attr("combiner").decode()
-        rows = _ops_module.compressed_embedding_lookup(
+
+def _unless_unweighted(weights, weights_grad):
+    """weights_grad() for weights that may be empty (unweighted): None when
+    they are statically, zeros when they are at run time."""
+    static_size = weights.shape.num_elements()
+    if static_size == 0:
+        return None
+    if static_size is not None:
+        return weights_grad()
+    return tf.cond(tf.size(weights) > 0, weights_grad,
+                   lambda: tf.zeros_like(weights))
+
+
+def _fused_decode_axpy_grad(op, grad):
+    table, scales, ids, segment_ids, weights, num_segments = op.inputs
+
+    def lookup():
+        return _ops_module.compressed_embedding_lookup(
             table=table, scales=scales, ids=ids,
             row_format=op.get_attr("row_format").decode(),
             dim=op.get_attr("dim"))
-        g = tf.gather(grad, segment_ids)
-        if combiner == "sum":
-            return tf.reduce_sum(g * rows, axis=1)
-        out = tf.gather(op.outputs[0], segment_ids)
-        if combiner == "mean":
-            denom = tf.gather(tf.math.unsorted_segment_sum(
-                weights, segment_ids, num_segments), segment_ids)
-            return tf.math.divide_no_nan(tf.reduce_sum(g * (rows - out), 1),
-                                         denom)
-        root = tf.gather(tf.sqrt(tf.math.unsorted_segment_sum(
-            weights * weights, segment_ids, num_segments)), segment_ids)
-        centred = rows - out * tf.math.divide_no_nan(weights, root)[:, None]
-        return tf.math.divide_no_nan(tf.reduce_sum(g * centred, 1), root)
 
-    static_size = weights.shape.num_elements()
-    if static_size == 0:  # unweighted: nothing to differentiate
-        return no_grads + [None]
-    if static_size is not None:
-        return no_grads[:4] + [weights_grad(), None]
-    dw = tf.cond(tf.size(weights) > 0, weights_grad,
-                 lambda: tf.zeros_like(weights))
-    return no_grads[:4] + [dw, None]
+    dw = _unless_unweighted(weights, lambda: _pooled_weights_grad(
+        lookup, segment_ids, weights, num_segments, op.outputs[0], grad,
+        op.get_attr("combiner").decode()))
+    return [None] * 4 + [dw, None]
+
+
+def _batched_fused_decode_axpy_grad(op, *grads):
+    """Each feature's weights gradient, as FusedDecodeAxpy's: its bags are
+    turned into segment ids over the ids it pools (dense and padded ids
+    flattened, padding left out and given gradient 0)."""
+    n = op.get_attr("N")
+    lists = [op.inputs[k * n:(k + 1) * n] for k in range(6)]
+    tables, scales, ids, bag_splits, weights, _ = lists
+    kinds = [k.decode() for k in op.get_attr("bag_kinds")]
+    combiners = [c.decode() for c in op.get_attr("combiners")]
+    row_formats = [r.decode() for r in op.get_attr("row_formats")]
+    dims = op.get_attr("dims")
+    concat = op.get_attr("concat")
+    outputs, column = [], 0
+    for f in range(n):  # each feature's output and its gradient
+        if not concat:
+            outputs.append((op.outputs[f], grads[f]))
+            continue
+        width = dims[f] if dims[f] >= 0 else tf.shape(tables[f])[1]
+        cols = slice(column, column + width)
+        outputs.append((op.outputs[0][:, cols],
+                        None if grads[0] is None else grads[0][:, cols]))
+        column = column + width
+
+    def feature_grad(f):
+        out, grad = outputs[f]
+        num_segments = tf.shape(out)[0]
+        flat_ids, flat_weights, segment_ids = ids[f], weights[f], bag_splits[f]
+        if kinds[f] == "row_splits":
+            segment_ids = tf.ragged.row_splits_to_segment_ids(bag_splits[f])
+        elif kinds[f] in ("dense", "padded"):
+            keep = (tf.where(tf.ones_like(ids[f], tf.bool)) if kinds[f] == "dense"
+                    else tf.where(ids[f] >= 0))
+            flat_ids, flat_weights = tf.gather_nd(ids[f], keep), tf.gather_nd(weights[f], keep)
+            segment_ids = keep[:, 0]
+
+        def lookup():
+            return _ops_module.compressed_embedding_lookup(
+                table=tables[f], scales=scales[f], ids=flat_ids,
+                row_format=row_formats[f], dim=dims[f])
+
+        dw = _pooled_weights_grad(lookup, segment_ids, flat_weights,
+                                  num_segments, out, grad, combiners[f])
+        if kinds[f] in ("dense", "padded"):
+            dw = tf.scatter_nd(keep, dw, tf.shape(weights[f], out_type=tf.int64))
+        return dw
+
+    weight_grads = [None if outputs[f][1] is None else
+                    _unless_unweighted(weights[f], lambda f=f: feature_grad(f))
+                    for f in range(n)]
+    return [None] * (4 * n) + weight_grads + [None] * n

@@ -2,6 +2,8 @@
 or many in one batched call)."""
 from __future__ import annotations
 
+import collections
+
 import tensorflow as tf
 
 from tf_compressed_embedding import _bags, _loader, quantization
@@ -300,10 +302,6 @@ def _per_feature(value, count, name):
     return [value] * count
 
 
-# The batched op's num_bags -1: it counts the rows of the splits or matrix.
-_ROWS_OF_BAGS = ("rows_of_bags", lambda: tf.constant(-1, tf.int64))
-
-
 def batched_embedding_lookup_sparse(tables, sp_ids, sp_weights=None,
                                     combiners="mean", concat=False,
                                     feature_names=None, name=None):
@@ -363,56 +361,74 @@ def batched_embedding_lookup_sparse(tables, sp_ids, sp_weights=None,
                              f"table ({count}), got {feature_names!r}")
         feature_names = [str(n) for n in feature_names]
     with tf.name_scope(name or "batched_embedding_lookup_sparse"):
-        # Inputs shared by features (a table's reads, the empty scales and
-        # weights, the "rows from the splits" marker) are made once: each
-        # would be a node of its own otherwise.
-        table_inputs, shared = {}, {}
-
-        def constant(key, make):
-            if key not in shared:
-                shared[key] = make()
-            return shared[key]
-
-        op_inputs = {k: [] for k in ("tables", "scales", "ids", "bag_splits",
-                                     "weights", "num_bags", "row_formats",
-                                     "dims", "bag_kinds")}
-        for f, (table, ids, weights) in enumerate(
-                zip(tables, sp_ids, sp_weights)):
-            if id(table) not in table_inputs:
-                table_inputs[id(table)] = _table_inputs(table)
-            inputs = table_inputs[id(table)]
-            scales = inputs["scales"]
-            if _is_empty_float32(scales):
-                scales = constant("no_scales", lambda: tf.zeros([0], tf.float32))
-            op_inputs["tables"].append(inputs["table"])
-            op_inputs["scales"].append(scales)
-            op_inputs["row_formats"].append(inputs.get("row_format", "plain"))
-            op_inputs["dims"].append(inputs.get("dim", -1))
+        features = []
+        for f, (ids, weights) in enumerate(zip(sp_ids, sp_weights)):
             names = (f"sp_ids[{f}]", f"sp_weights[{f}]")
             if isinstance(ids, tf.RaggedTensor):
                 bags = _bags.from_ragged(ids, weights, names=names)
-                splits = ids.row_splits
-                num_bags = constant(*_ROWS_OF_BAGS)
-                kind = "row_splits"
+                features.append(BatchedBags("row_splits", bags.ids, ids.row_splits,
+                                            bags.weights))
             elif isinstance(ids, tf.SparseTensor):
                 bags = _bags.from_sparse(ids, weights, names=names)
-                splits = bags.segment_ids
-                num_bags = tf.cast(bags.num_bags, tf.int64)
-                kind = "segment_ids"
+                features.append(BatchedBags("segment_ids", bags.ids, bags.segment_ids,
+                                            bags.weights,
+                                            tf.cast(bags.num_bags, tf.int64)))
             else:
                 bags = _bags.from_padded(ids, weights, names=names)
-                splits = constant("no_splits", lambda: tf.zeros([0], tf.int64))
-                num_bags = constant(*_ROWS_OF_BAGS)
-                kind = "padded"
-            op_inputs["ids"].append(bags.ids)
-            op_inputs["bag_splits"].append(splits)
-            op_inputs["num_bags"].append(num_bags)
-            op_inputs["bag_kinds"].append(kind)
-            op_inputs["weights"].append(
-                constant("unweighted", lambda: tf.zeros([0], tf.float32))
-                if bags.weights is None else bags.weights)
-        outputs = _op_library().batched_fused_decode_axpy(
-            **op_inputs, combiners=combiners, concat=bool(concat),
-            num_outputs=1 if concat else count,
-            feature_names=feature_names or [])
+                features.append(BatchedBags("padded", bags.ids, None, bags.weights))
+        return batched_pool(tables, features, combiners, concat, feature_names)
+
+
+class BatchedBags(collections.namedtuple(
+        "BatchedBags", ["kind", "ids", "splits", "weights", "num_bags"],
+        defaults=(None, None))):
+    """One feature's bags as BatchedFusedDecodeAxpy takes them: `kind` (a
+    bag kind of the op), its ids, bag splits (None: none, for 'dense' and
+    'padded'), weights (None: unweighted) and num_bags (None: -1, the rows
+    of the bag structure)."""
+
+
+def batched_pool(tables, features, combiners, concat=False, feature_names=None):
+    """One BatchedFusedDecodeAxpy node pooling `features` (BatchedBags) over
+    `tables` with `combiners` (a list, checked); the outputs as
+    :func:`batched_embedding_lookup_sparse` returns them. Inputs that
+    features share (a table's reads, the empty scales, splits and weights,
+    the -1 marker) are made once: each would be a node of its own otherwise.
+    """
+    table_inputs, shared = {}, {}
+
+    def constant(key, value, dtype):
+        if key not in shared:
+            shared[key] = tf.constant(value, dtype)
+        return shared[key]
+
+    op_inputs = {k: [] for k in ("tables", "scales", "ids", "bag_splits",
+                                 "weights", "num_bags", "row_formats",
+                                 "dims", "bag_kinds")}
+    for table, feature in zip(tables, features):
+        if id(table) not in table_inputs:
+            table_inputs[id(table)] = _table_inputs(table)
+        inputs = table_inputs[id(table)]
+        scales = inputs["scales"]
+        if _is_empty_float32(scales):
+            scales = constant("no_scales", [], tf.float32)
+        op_inputs["tables"].append(inputs["table"])
+        op_inputs["scales"].append(scales)
+        op_inputs["row_formats"].append(inputs.get("row_format", "plain"))
+        op_inputs["dims"].append(inputs.get("dim", -1))
+        op_inputs["ids"].append(feature.ids)
+        op_inputs["bag_splits"].append(
+            constant("no_splits", [], tf.int64) if feature.splits is None
+            else feature.splits)
+        op_inputs["num_bags"].append(
+            constant("rows_of_bags", -1, tf.int64) if feature.num_bags is None
+            else feature.num_bags)
+        op_inputs["bag_kinds"].append(feature.kind)
+        op_inputs["weights"].append(
+            constant("unweighted", [], tf.float32) if feature.weights is None
+            else feature.weights)
+    outputs = _op_library().batched_fused_decode_axpy(
+        **op_inputs, combiners=list(combiners), concat=bool(concat),
+        num_outputs=1 if concat else len(features),
+        feature_names=feature_names or [])
     return outputs[0] if concat else list(outputs)

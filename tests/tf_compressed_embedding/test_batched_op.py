@@ -619,3 +619,63 @@ class BatchedPythonApiTest(tf.test.TestCase):
         types = [op.type for op in graph.get_operations()]
         self.assertEqual(types.count("BatchedFusedDecodeAxpy"), 1)
         self.assertEqual(types.count("ReadVariableOp"), 2)
+
+
+class BatchedGradientTest(tf.test.TestCase, parameterized.TestCase):
+    """The weights' gradient is each feature's FusedDecodeAxpy gradient
+    (the per-table op's own gradient is checked against numeric
+    differentiation in test_fused_decode_axpy_op.py); tables get none."""
+
+    @parameterized.product(combiner=COMBINERS, concat=(False, True))
+    def test_weights_gradient_equals_per_table_ops(self, combiner, concat):
+        rng = np.random.default_rng(40)
+        features = [random_feature(rng, FORMATS[f % len(FORMATS)], 3 + f,
+                                   kind=KINDS[f % 3], weighted=True)
+                    for f in range(6)]
+        tables, ids, weights = zip(*features)
+        tensors = [w.flat_values if isinstance(w, tf.RaggedTensor)
+                   else w.values if isinstance(w, tf.SparseTensor) else w
+                   for w in weights]
+        upstream = [tf.constant(rng.standard_normal((9, ct.dim)), tf.float32)
+                    for ct in tables]
+
+        def rebuild(w, like):
+            if isinstance(like, tf.RaggedTensor):
+                return like.with_flat_values(w)
+            if isinstance(like, tf.SparseTensor):
+                return tf.SparseTensor(like.indices, w, like.dense_shape)
+            return w
+
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(tensors)
+            rebuilt = [rebuild(w, like) for w, like in zip(tensors, weights)]
+            got = tfce.batched_embedding_lookup_sparse(
+                tables, ids, rebuilt, combiners=combiner, concat=concat)
+            if concat:
+                loss = tf.reduce_sum(got * tf.concat(upstream, axis=1))
+            else:  # feature 4's output left out of the loss
+                loss = sum(tf.reduce_sum(o * u) for f, (o, u) in
+                           enumerate(zip(got, upstream)) if f != 4)
+            want = sum(tf.reduce_sum(one_by_one(ct, i, w, combiner) * u)
+                       for f, (ct, i, w, u) in enumerate(
+                           zip(tables, ids, rebuilt, upstream))
+                       if concat or f != 4)
+        got_grads = tape.gradient(loss, tensors)
+        want_grads = tape.gradient(want, tensors)
+        for f, (g, w) in enumerate(zip(got_grads, want_grads)):
+            if w is None:  # TF may hand the op zeros for an unused output
+                if g is not None:
+                    self.assertAllEqual(g, tf.zeros_like(g), msg=f"feature {f}")
+                continue
+            self.assertAllClose(tf.convert_to_tensor(g), tf.convert_to_tensor(w),
+                                atol=1e-5, msg=f"feature {f} ({KINDS[f % 3]})")
+
+    def test_unweighted_features_and_tables_get_no_gradient(self):
+        rng = np.random.default_rng(41)
+        ct, ids, _ = random_feature(rng, "fp16", 4)
+        data = tf.Variable(ct.data)
+        with tf.GradientTape() as tape:
+            out = tfce.batched_embedding_lookup_sparse(
+                [tfce.CompressedTable(data, ct.scales, ct.format)], [ids])
+            loss = tf.reduce_sum(out[0])
+        self.assertIsNone(tape.gradient(loss, data))

@@ -9,11 +9,13 @@ import numpy as np
 from tf_compressed_embedding import quantization
 from tf_compressed_embedding.keras import _layouts
 from tf_compressed_embedding.keras._keras_api import float_policy, to_numpy
+from tf_compressed_embedding.keras.collection import \
+    CompressedEmbeddingCollection
 from tf_compressed_embedding.keras.layer import CompressedEmbedding
 
 
 def quantize_embeddings(model: keras.Model, mode: str,
-                        min_rows: int = 0) -> keras.Model:
+                        min_rows: int = 0, batch: bool = True) -> keras.Model:
     """Returns a copy of ``model`` with its embedding tables compressed.
 
     Every ``keras.layers.Embedding`` (the class itself; subclasses such as
@@ -39,10 +41,17 @@ def quantize_embeddings(model: keras.Model, mode: str,
     source's weights, nested Sequential/Functional models included. The
     source model is not modified. The copy is not compiled.
 
+    With ``batch`` (the default), two or more quantized pooling layers
+    (``combiner`` set, called without a mask) whose outputs are side by
+    side among a ``Concatenate``'s inputs (on the last axis) are pooled by
+    one :class:`CompressedEmbeddingCollection`: one op call for all of
+    them, the same values.
+
     Args:
       model: a built Functional or Sequential ``keras.Model``.
       mode: ``"int8"``, ``"int4"``, ``"fp16"`` or ``"int8_split"``.
       min_rows: tables with fewer rows stay as they are.
+      batch: merge pooled layers that feed one ``Concatenate``.
 
     Returns:
       A new ``keras.Model``.
@@ -83,8 +92,12 @@ def quantize_embeddings(model: keras.Model, mode: str,
                 and layer.quantization_mode is None)
 
     try:
-        converted = keras.models.clone_model(model, clone_function=clone,
-                                             recursive=True)
+        converted = keras.models.clone_model(
+            model, clone_function=clone, recursive=True,
+            # A Sequential model lists its layers (none is called while
+            # it is cloned, and it has no Concatenate to merge into).
+            call_function=(_BatchingCalls() if batch and not isinstance(
+                model, keras.Sequential) else None))
     except ValueError as e:
         if "only supported for Sequential" in str(e):
             raise ValueError(
@@ -98,6 +111,56 @@ def quantize_embeddings(model: keras.Model, mode: str,
     for source, new in copies:
         new.set_weights(source.get_weights())
     return converted
+
+
+class _BatchingCalls:
+    """clone_model's call_function: remembers the pooled outputs of
+    quantized CompressedEmbedding layers, and calls a Concatenate of two or
+    more of them side by side on one CompressedEmbeddingCollection of their
+    layers instead (their own calls are then unused, and not in the model).
+    """
+
+    def __init__(self):
+        self.pooled = {}  # id(output) -> (layer, ids, weights)
+
+    def __call__(self, layer, *args, **kwargs):
+        if isinstance(layer, keras.layers.Concatenate) and args:
+            merged = self._merged(layer, args[0])
+            if merged is not None:
+                if len(merged) == 1:  # a Concatenate of one input
+                    return merged[0]
+                return layer(merged, *args[1:], **kwargs)
+        out = layer(*args, **kwargs)
+        if (isinstance(layer, CompressedEmbedding) and layer.combiner is not None
+                and layer.quantization_mode is not None and len(args) == 1
+                and set(kwargs) <= {"weights"}):
+            self.pooled[id(out)] = (layer, args[0], kwargs.get("weights"))
+        return out
+
+    def _merged(self, concatenate, tensors):
+        """The Concatenate's inputs with each run of two or more pooled
+        outputs replaced by one collection's output; None if there is none."""
+        if (not isinstance(tensors, (list, tuple))
+                or concatenate.axis not in (-1, 1)):
+            return None
+        result, run, merged = [], [], 0
+        for tensor in list(tensors) + [None]:
+            if tensor is not None and id(tensor) in self.pooled:
+                run.append(tensor)
+                continue
+            if len(run) >= 2:
+                layers, ids, weights = zip(*(self.pooled[id(t)] for t in run))
+                suffix = f"_{merged}" if merged else ""
+                result.append(CompressedEmbeddingCollection(
+                    list(layers), name=f"{concatenate.name}_collection{suffix}")(
+                        list(ids), weights=list(weights)))
+                merged += 1
+            else:
+                result.extend(run)
+            run = []
+            if tensor is not None:
+                result.append(tensor)
+        return result if merged else None
 
 
 def _compressed_copy(layer, mode):
