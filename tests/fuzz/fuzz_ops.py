@@ -1002,10 +1002,10 @@ def draw_batched(fdp):
             continue
         x = case.inputs
         x["num_segments"] = x["num_segments"].astype(np.int64)
-        if x["num_segments"].ndim == 0 and x["num_segments"] == -1:
-            # The batched op counts the rows itself for -1 (the single op
-            # refuses it): keep the case invalid for both.
-            x["num_segments"] = np.int64(-2)
+        if x["num_segments"].ndim == 0 and x["num_segments"] in (-1, -2):
+            # The batched op counts the rows itself for -1 and -2 (the
+            # single op refuses them): keep the case invalid for both.
+            x["num_segments"] = np.int64(-3)
         cases.append(case)
         bags.append(other_bags(fdp, case) if fdp.ConsumeBool() else None)
     if not cases:
