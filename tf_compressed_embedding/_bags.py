@@ -13,7 +13,9 @@ import tensorflow as tf
 COMBINERS = ("sum", "mean", "sqrtn")
 
 # ids [N]; segment_ids [N] int64, sorted; weights float32 [N] or None (all
-# ones); num_bags int64 scalar, the number of output rows.
+# ones); num_bags int64 scalar, the number of output rows. from_padded is
+# the exception: the batched op's 'padded' bags keep ids (and weights) as
+# [batch, length] matrices, with segment_ids and num_bags None.
 Bags = collections.namedtuple("Bags",
                               ["ids", "segment_ids", "weights", "num_bags"])
 
