@@ -38,6 +38,7 @@ KERNEL_SOURCES = {
     "tf/fused_decode_axpy_op.cc": [],
     "tf/batched_fused_decode_axpy_op.cc": [],
     "tf/batched_attrs.cc": [],
+    "tf/batched_features.cc": [],
     "tf/bag_inputs.cc": [],
     "tf/op_util.cc": [],
     "tf/table_format.cc": [],

@@ -133,9 +133,7 @@ absl::Status ReadNumSegments(const Tensor& t, const char* name,
     return InvalidArgument(name, " must be a scalar, not shape ",
                            t.shape().DebugString());
   }
-  const int64_t n = t.dtype() == tensorflow::DT_INT32
-                        ? static_cast<int64_t>(t.scalar<int32_t>()())
-                        : t.scalar<int64_t>()();
+  const int64_t n = IntScalar(t);
   if (n < 0) {
     return InvalidArgument(name, " = ", n, " must be >= 0");
   }

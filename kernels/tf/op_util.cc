@@ -27,10 +27,7 @@ absl::Status FirstBadId(const Tensor& ids, int64_t rows,
     if (tensorflow::FastBoundsCheck(id, rows)) continue;
     std::string segment;
     if (segment_ids != nullptr) {
-      const int64_t s = segment_ids->dtype() == tensorflow::DT_INT32
-                            ? segment_ids->flat<int32_t>()(i)
-                            : segment_ids->flat<int64_t>()(i);
-      segment = absl::StrCat(" (in segment ", s, ")");
+      segment = absl::StrCat(" (in segment ", IntAt(*segment_ids, i), ")");
     }
     return InvalidArgument("ids", tensorflow::SliceDebugString(ids.shape(), i),
                            " = ", id, segment, " is not in [0, ", rows,
@@ -40,6 +37,16 @@ absl::Status FirstBadId(const Tensor& ids, int64_t rows,
 }
 
 }  // namespace
+
+int64_t IntAt(const Tensor& t, int64_t i) {
+  return t.dtype() == tensorflow::DT_INT32 ? int64_t{t.flat<int32_t>()(i)}
+                                           : t.flat<int64_t>()(i);
+}
+
+int64_t IntScalar(const Tensor& t) {
+  return t.dtype() == tensorflow::DT_INT32 ? int64_t{t.scalar<int32_t>()()}
+                                           : t.scalar<int64_t>()();
+}
 
 absl::Status CheckIds(const Tensor& ids, int64_t rows,
                       const Tensor* segment_ids) {

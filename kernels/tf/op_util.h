@@ -20,6 +20,11 @@ absl::Status InvalidArgument(const Args&... args) {
   return absl::InvalidArgumentError(absl::StrCat(args...));
 }
 
+// Element i of an int32 or int64 vector, and the value of an int32 or int64
+// scalar, as int64 (the dtype is the caller's to have checked).
+int64_t IntAt(const tensorflow::Tensor& t, int64_t i);
+int64_t IntScalar(const tensorflow::Tensor& t);
+
 // Scans ids for the first id outside [0, rows) and returns an
 // InvalidArgument naming its position, value and the valid range. The kernels
 // check ids themselves; this runs only after a kernel returned false (so the

@@ -2,6 +2,7 @@
 // shape functions. Names are fixed: rewritten SavedModels depend on them.
 #include "kernels/core/kernel_api.h"
 #include "kernels/tf/batched_attrs.h"
+#include "kernels/tf/op_util.h"
 #include "kernels/tf/table_format.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
@@ -78,9 +79,7 @@ absl::Status BatchedFusedDecodeAxpyShape(InferenceContext* c) {
     // an id + 1 (see the op's doc).
     int64_t count_rows = 0;
     if (given != nullptr && given->dims() == 0) {
-      const int64_t value = given->dtype() == ::tensorflow::DT_INT32
-                                ? int64_t{given->scalar<int32_t>()()}
-                                : given->scalar<int64_t>()();
+      const int64_t value = IntScalar(*given);
       if (value == -1 || value == -2) count_rows = value;
     }
     absl::Status status = c->WithRank(input(kTables, f), 2, &table);

@@ -1,0 +1,241 @@
+#include "kernels/tf/batched_features.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "kernels/tf/bag_inputs.h"
+#include "kernels/tf/op_util.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+
+namespace tfce {
+
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+namespace {
+
+// ReadFeatureBags of a 'segment_ids' or 'row_splits' feature: ids
+// [num_ids], bag_splits a vector; num_bags is a scalar.
+absl::Status ReadVectorBags(const Tensor& num_bags, BatchedFeature* feature) {
+  const Tensor& ids = *feature->ids;
+  const Tensor& splits = *feature->bag_splits;
+  const bool row_splits = feature->kind == BagKind::kRowSplits;
+  const char* splits_name = row_splits ? "row_splits" : "segment_ids";
+  if (ids.dims() != 1) {
+    return InvalidArgument("ids must be a vector, but has shape ",
+                           ids.shape().DebugString());
+  }
+  feature->num_ids = ids.dim_size(0);
+  if (splits.dims() != 1) {
+    return InvalidArgument(splits_name, " must be a vector, but has shape ",
+                           splits.shape().DebugString());
+  }
+  const Tensor& weights = *feature->weights;
+  if (weights.dims() != 1 ||
+      (weights.dim_size(0) != feature->num_ids && weights.dim_size(0) != 0)) {
+    return InvalidArgument("weights must have shape [", feature->num_ids,
+                           "] (one per id) or [0] (unweighted), but has "
+                           "shape ",
+                           weights.shape().DebugString());
+  }
+  const int64_t given = IntScalar(num_bags);
+  if (row_splits) {
+    if (splits.dim_size(0) < 1) {
+      return InvalidArgument(
+          "row_splits must have at least one element (rows + 1), but has "
+          "shape ",
+          splits.shape().DebugString());
+    }
+    feature->num_bags = splits.dim_size(0) - 1;
+    if (given == kRowsWithIds) {
+      // Drops the trailing empty rows of the splits as read here;
+      // CheckBags checks the copy it uses agrees.
+      const int64_t rows = feature->num_bags;
+      feature->num_bags = 0;
+      for (int64_t b = rows; b >= 1; --b) {
+        if (IntAt(splits, b) != IntAt(splits, b - 1)) {
+          feature->num_bags = b;
+          break;
+        }
+      }
+    } else if (given != kRowsOfBags && given != feature->num_bags) {
+      return InvalidArgument(
+          "num_bags = ", given, " but row_splits has ", splits.dim_size(0),
+          " elements, so ", feature->num_bags,
+          " rows: pass -1 (the rows the splits give), -2 (the last row "
+          "holding an id + 1) or their number");
+    }
+    return absl::OkStatus();
+  }
+  if (splits.dim_size(0) != feature->num_ids) {
+    return InvalidArgument(
+        "segment_ids must have the same size as ids: ids has ",
+        feature->num_ids, " elements, segment_ids has ", splits.dim_size(0));
+  }
+  if (given == kRowsOfBags || given == kRowsWithIds) {
+    // A last id that is negative or that cannot be counted past gives 0
+    // rows, and CheckBags then names it.
+    const int64_t last =
+        feature->num_ids == 0 ? -1 : IntAt(splits, feature->num_ids - 1);
+    feature->num_bags =
+        last < 0 || last == std::numeric_limits<int64_t>::max() ? 0 : last + 1;
+    return absl::OkStatus();
+  }
+  return ReadNumSegments(num_bags, "num_bags", &feature->num_bags);
+}
+
+// PackPadded has counted its rows.
+absl::Status ReadMatrixBags(const Tensor& num_bags, BatchedFeature* feature) {
+  const Tensor& ids = *feature->ids;
+  const bool dense = feature->kind == BagKind::kDense;
+  const char* kind = dense ? "'dense'" : "'padded'";
+  if (ids.dims() != 2) {
+    return InvalidArgument("ids must be a matrix [rows, width] (bag kind ",
+                           kind, "), but has shape ",
+                           ids.shape().DebugString());
+  }
+  const Tensor& splits = *feature->bag_splits;
+  if (splits.dims() != 1 || splits.dim_size(0) != 0) {
+    return InvalidArgument("bag_splits must be empty, shape [0], for bag kind ",
+                           kind, " (each row of ids is a bag), but has shape ",
+                           splits.shape().DebugString());
+  }
+  const Tensor& weights = *feature->weights;
+  if (weights.shape() != ids.shape() &&
+      !(weights.dims() == 1 && weights.dim_size(0) == 0)) {
+    return InvalidArgument(
+        "weights must have the shape of ids, ", ids.shape().DebugString(),
+        ", or [0] (unweighted), but has shape ", weights.shape().DebugString());
+  }
+  const int64_t rows = ids.dim_size(0);
+  const int64_t given = IntScalar(num_bags);
+  if (dense) {
+    feature->num_ids = ids.NumElements();
+    feature->num_bags =
+        given == kRowsWithIds && ids.dim_size(1) == 0 ? 0 : rows;
+    if (given != kRowsOfBags && given != kRowsWithIds && given != rows) {
+      return InvalidArgument("num_bags = ", given, " but ids has ", rows,
+                             " rows: pass -1, -2 or ", rows);
+    }
+    return absl::OkStatus();
+  }
+  if (given == kRowsOfBags) {
+    feature->num_bags = rows;
+    return absl::OkStatus();
+  }
+  if (given == kRowsWithIds) {
+    feature->num_bags = kRowsWithIds;
+    return absl::OkStatus();
+  }
+  return ReadNumSegments(num_bags, "num_bags", &feature->num_bags);
+}
+
+// its num_bags: the last row with an id + 1 for -1, else at least that.
+absl::Status PackPadded(tensorflow::OpKernelContext* ctx,
+                        BatchedFeature* feature) {
+  const Tensor& ids = *feature->ids;
+  const Tensor& weights = *feature->weights;
+  const int64_t rows = ids.dim_size(0);
+  const TensorShape capacity({ids.NumElements()});
+  TF_RETURN_IF_ERROR(
+      ctx->allocate_temp(ids.dtype(), capacity, &feature->packed_ids));
+  const bool weighted = weights.dims() == 2;
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_FLOAT,
+                                        weighted ? capacity : TensorShape({0}),
+                                        &feature->packed_weights));
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(
+      tensorflow::DT_INT64, TensorShape({rows + 1}), &feature->padded_offsets));
+  int64_t* offsets = feature->padded_offsets.flat<int64_t>().data();
+  int64_t rows_with_ids = 0;
+  TF_RETURN_IF_ERROR(
+      PackPaddedIds(ids, weights, feature->table.rows, &feature->packed_ids,
+                    &feature->packed_weights, offsets, &rows_with_ids));
+  feature->num_ids = offsets[rows];
+  feature->packed_ids = feature->packed_ids.Slice(0, feature->num_ids);
+  if (weighted) {
+    feature->packed_weights =
+        feature->packed_weights.Slice(0, feature->num_ids);
+  }
+  feature->ids = &feature->packed_ids;
+  feature->weights = &feature->packed_weights;
+  if (feature->num_bags == kRowsWithIds) {
+    feature->num_bags = rows_with_ids;
+  } else if (feature->num_bags < rows_with_ids) {
+    return InvalidArgument("num_bags = ", feature->num_bags, " but row ",
+                           rows_with_ids - 1,
+                           " of ids holds ids: pass -1 (ids' rows), -2 "
+                           "(the last row holding an id + 1) or at least ",
+                           rows_with_ids);
+  }
+  return absl::OkStatus();
+}
+
+// num_bags + 1 written (fewer when -2 dropped trailing empty rows).
+absl::Status CheckRowSplits(const BatchedFeature& feature, int64_t* offsets) {
+  const Tensor& splits = *feature.bag_splits;
+  if (feature.num_bags == splits.dim_size(0) - 1) {
+    return RowSplitsToOffsets(splits, feature.num_ids, offsets);
+  }
+  std::vector<int64_t> all(splits.dim_size(0));
+  TF_RETURN_IF_ERROR(RowSplitsToOffsets(splits, feature.num_ids, all.data()));
+  if (all[feature.num_bags] != feature.num_ids) {
+    return absl::InternalError("row_splits changed while the op read them");
+  }
+  if (offsets != nullptr) {
+    std::copy(all.begin(), all.begin() + feature.num_bags + 1, offsets);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ReadFeatureBags(tensorflow::OpKernelContext* ctx,
+                             const Tensor& num_bags, BatchedFeature* feature) {
+  if (num_bags.dims() != 0) {
+    return InvalidArgument("num_bags must be a scalar, not shape ",
+                           num_bags.shape().DebugString());
+  }
+  if (feature->kind != BagKind::kDense && feature->kind != BagKind::kPadded) {
+    return ReadVectorBags(num_bags, feature);
+  }
+  TF_RETURN_IF_ERROR(ReadMatrixBags(num_bags, feature));
+  return feature->kind == BagKind::kPadded ? PackPadded(ctx, feature)
+                                           : absl::OkStatus();
+}
+
+absl::Status CheckBags(const BatchedFeature& feature, int64_t* offsets) {
+  switch (feature.kind) {
+    case BagKind::kSegmentIds:
+      return SegmentIdsToOffsets(*feature.bag_splits, feature.num_bags,
+                                 offsets);
+    case BagKind::kRowSplits:
+      return CheckRowSplits(feature, offsets);
+    case BagKind::kDense:
+      if (offsets != nullptr) {
+        const int64_t width = feature.ids->dim_size(1);
+        for (int64_t b = 0; b <= feature.num_bags; ++b) {
+          offsets[b] = b * width;
+        }
+      }
+      return absl::OkStatus();
+    case BagKind::kPadded:
+      if (offsets != nullptr) {  // rows past ids' are empty bags
+        const int64_t rows = feature.padded_offsets.dim_size(0) - 1;
+        const int64_t* packed = feature.padded_offsets.flat<int64_t>().data();
+        for (int64_t b = 0; b <= feature.num_bags; ++b) {
+          offsets[b] = packed[std::min(b, rows)];
+        }
+      }
+      return absl::OkStatus();
+  }
+  return absl::InternalError("unknown bag kind");
+}
+
+absl::Status CheckFeatureIds(const BatchedFeature& feature) {
+  return CheckIds(
+      *feature.ids, feature.table.rows,
+      feature.kind == BagKind::kSegmentIds ? feature.bag_splits : nullptr);
+}
+
+}  // namespace tfce

@@ -1,0 +1,61 @@
+// BatchedFusedDecodeAxpy's per-feature inputs: one feature's table, ids, bag
+// structure (bag kinds, batched_attrs.h), weights and num_bags read and
+// checked, the rows counted when num_bags asks for it, padded ids packed,
+// and the bags turned into the CSR offsets the kernels take.
+#ifndef TFCE_KERNELS_TF_BATCHED_FEATURES_H_
+#define TFCE_KERNELS_TF_BATCHED_FEATURES_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/core/kernel_api.h"
+#include "kernels/tf/batched_attrs.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace tfce {
+
+// num_bags values that ask the op to count a feature's rows itself.
+// kRowsOfBags: the rows its bag structure has (row splits: len - 1; dense
+// and padded ids: their rows; sorted segment ids: the last id + 1).
+// kRowsWithIds: the last row holding an id + 1 (0 without ids), as
+// SparseSegment* ops without num_segments count them: the rows TF's
+// embedding_lookup_sparse outputs for a SparseTensor or RaggedTensor.
+constexpr int64_t kRowsOfBags = -1;
+constexpr int64_t kRowsWithIds = -2;
+
+// One feature's inputs, checked.
+struct BatchedFeature {
+  TableView table;
+  BagKind kind = BagKind::kSegmentIds;
+  const tensorflow::Tensor* ids = nullptr;         // what the kernels read:
+                                                   // [num_ids] or [rows, width]
+  const tensorflow::Tensor* bag_splits = nullptr;  // segment ids or row
+                                                   // splits; else unused
+  const tensorflow::Tensor* weights = nullptr;     // [num_ids], [rows, w], [0]
+  int64_t num_ids = 0;
+  int64_t num_bags = 0;
+  // kPadded: the ids >= 0 (and their weights) packed row by row, and their
+  // rows' offsets; `ids` and `weights` point at the packed copies.
+  tensorflow::Tensor packed_ids, packed_weights, padded_offsets;
+  bool has_work() const { return num_bags > 0 && table.dim > 0; }
+};
+
+// Reads the feature's bag inputs: *feature has its table, kind, ids,
+// bag_splits and weights set; checks their shapes and num_bags', sets
+// num_ids and num_bags and, for padded ids, packs them (their values are
+// checked there; the other kinds' by CheckBags and CheckFeatureIds).
+absl::Status ReadFeatureBags(tensorflow::OpKernelContext* ctx,
+                             const tensorflow::Tensor& num_bags,
+                             BatchedFeature* feature);
+
+// Checks the feature's bag structure and, unless offsets is null, writes
+// its bags' offsets[0..num_bags].
+absl::Status CheckBags(const BatchedFeature& feature, int64_t* offsets);
+
+// CheckIds (op_util.h) of the feature's ids against its table's rows.
+absl::Status CheckFeatureIds(const BatchedFeature& feature);
+
+}  // namespace tfce
+
+#endif  // TFCE_KERNELS_TF_BATCHED_FEATURES_H_
