@@ -17,6 +17,13 @@ def entry_layer():
     return getattr(context, "entry_layer", None)
 
 
+def keras_mask(tensor):
+    """The Keras mask a layer's output carries to the next layer's call
+    (Keras passes it on itself, outside the call's arguments); None when
+    there is none. Keras keeps it in the tensor's ``_keras_mask``."""
+    return getattr(tensor, "_keras_mask", None)
+
+
 def empty_variable(variable):
     """Assigns ``[0, D]`` to a float32 table variable: its memory is freed
     whoever still holds the variable, and a gather from it fails."""

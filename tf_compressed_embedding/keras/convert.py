@@ -8,7 +8,7 @@ import numpy as np
 
 from tf_compressed_embedding import quantization
 from tf_compressed_embedding.keras import _layouts
-from tf_compressed_embedding.keras._keras_api import float_policy, to_numpy
+from tf_compressed_embedding.keras._keras_api import float_policy, keras_mask, to_numpy
 from tf_compressed_embedding.keras.collection import \
     CompressedEmbeddingCollection
 from tf_compressed_embedding.keras.layer import CompressedEmbedding
@@ -131,9 +131,13 @@ class _BatchingCalls:
                     return merged[0]
                 return layer(merged, *args[1:], **kwargs)
         out = layer(*args, **kwargs)
+        # A mask reaches the layer as a call argument or, from an upstream
+        # layer, on its ids (Keras passes that on itself, so it is not in
+        # kwargs); the collection reads neither, so masked calls stay apart.
         if (isinstance(layer, CompressedEmbedding) and layer.combiner is not None
                 and layer.quantization_mode is not None and len(args) == 1
-                and set(kwargs) <= {"weights"}):
+                and set(kwargs) <= {"weights"}
+                and keras_mask(args[0]) is None):
             self.pooled[id(out)] = (layer, args[0], kwargs.get("weights"))
         return out
 
