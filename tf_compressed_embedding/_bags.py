@@ -43,6 +43,15 @@ def float_weights(weights, owner="", name="weights"):
 def from_ragged(ids, weights=None, owner="", names=("ids", "weights")):
     """Bags of ``RaggedTensor`` ids ``[batch, (ids)]``, one per row;
     ``weights`` must be a RaggedTensor with the same row lengths."""
+    values, weight_values = ragged_values(ids, weights, owner, names)
+    return Bags(values, ids.value_rowids(), weight_values, ids.nrows())
+
+
+def ragged_values(ids, weights=None, owner="", names=("ids", "weights")):
+    """The flat ids and float32 weights (None: unweighted) of ``RaggedTensor``
+    ids ``[batch, (ids)]``, checked as :func:`from_ragged` checks them; the
+    row splits stay the caller's (the batched op takes them as they are,
+    with no segment ids to build)."""
     ids_name, weights_name = names
     if ids.ragged_rank != 1 or ids.flat_values.shape.rank != 1:
         raise ValueError(
@@ -58,7 +67,7 @@ def from_ragged(ids, weights=None, owner="", names=("ids", "weights")):
              tf.cast(ids.row_splits, weights.row_splits.dtype)),
             owner, f"{weights_name} must have the row lengths of {ids_name}",
             weights_name)
-    return Bags(ids.flat_values, ids.value_rowids(), values, ids.nrows())
+    return ids.flat_values, values
 
 
 def from_sparse(ids, weights=None, owner="", names=("ids", "weights")):

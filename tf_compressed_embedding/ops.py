@@ -365,9 +365,10 @@ def batched_embedding_lookup_sparse(tables, sp_ids, sp_weights=None,
         for f, (ids, weights) in enumerate(zip(sp_ids, sp_weights)):
             names = (f"sp_ids[{f}]", f"sp_weights[{f}]")
             if isinstance(ids, tf.RaggedTensor):
-                bags = _bags.from_ragged(ids, weights, names=names)
-                features.append(BatchedBags("row_splits", bags.ids, ids.row_splits,
-                                            bags.weights))
+                values, weight_values = _bags.ragged_values(ids, weights,
+                                                            names=names)
+                features.append(BatchedBags("row_splits", values, ids.row_splits,
+                                            weight_values))
             elif isinstance(ids, tf.SparseTensor):
                 bags = _bags.from_sparse(ids, weights, names=names)
                 features.append(BatchedBags("segment_ids", bags.ids, bags.segment_ids,
