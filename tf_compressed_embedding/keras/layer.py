@@ -129,6 +129,10 @@ class CompressedEmbedding(keras.layers.Layer):
         layout); only with a combiner. Gradients flow to them.
       mask: optional ``[B, L]`` boolean tensor for dense ids with a
         combiner. Ignored with ``combiner=None``, as Keras' Embedding does.
+        An upstream layer's mask on the ids is used when none is given.
+      inputs_mask: where Keras passes that upstream mask when the call has
+        ``weights`` too (it names the mask after the tensor argument);
+        not for passing by hand.
 
     Raises (at call time):
       TypeError: ids of a non-numeric dtype, or weights not matching ids.
@@ -429,8 +433,10 @@ class CompressedEmbedding(keras.layers.Layer):
 
     # ----------------------------------------------------------------- call
 
-    def call(self, inputs, weights=None, mask=None):
+    def call(self, inputs, weights=None, mask=None, inputs_mask=None):
         """Looks up (``combiner=None``) or pools ids; see the class doc."""
+        if mask is None:
+            mask = inputs_mask
         if self._quantization_mode is None:
             self._note_model()
         if self.combiner is None:
@@ -508,7 +514,8 @@ class CompressedEmbedding(keras.layers.Layer):
             return (*input_shape, self.output_dim)
         return (input_shape[0], self.output_dim)
 
-    def compute_output_spec(self, inputs, weights=None, mask=None):
+    def compute_output_spec(self, inputs, weights=None, mask=None,
+                            inputs_mask=None):
         """The symbolic output (for functional models): ragged for ragged
         ids without a combiner, dense otherwise."""
         # Only Keras versions with ragged KerasTensors (3.6 on) give ragged

@@ -221,6 +221,32 @@ class PoolingTest(tf.test.TestCase, parameterized.TestCase):
         table = layer.embeddings.numpy()
         self.assertAllClose(out, [(table[1] + table[2]) / 2, np.zeros(D)])
 
+    def test_upstream_mask_reaches_a_weighted_call(self):
+        # With two tensor arguments Keras passes the ids' mask as
+        # `inputs_mask`, not `mask`; the padding must still be dropped.
+        class NotMinusOne(keras.layers.Layer):
+            def __init__(self):
+                super().__init__()
+                self.supports_masking = True
+
+            def call(self, ids):
+                return ids
+
+            def compute_mask(self, ids, mask=None):
+                return keras.ops.not_equal(ids, -1)
+
+        ids = keras.Input(shape=(3,), dtype="int64")
+        weights = keras.Input(shape=(3,), dtype="float32")
+        pooled = CompressedEmbedding(V, D, combiner="sum")(
+            NotMinusOne()(ids), weights=weights)
+        model = keras.Model([ids, weights], pooled)
+        table = model.layers[-1].embeddings.numpy()
+        x = np.array([[1, -1, 2], [-1, -1, -1]])
+        w = np.array([[2.0, 7.0, 0.5], [1.0, 1.0, 1.0]], np.float32)
+        self.assertAllClose(model([x, w]),
+                            [2.0 * table[1] + 0.5 * table[2], np.zeros(D)],
+                            rtol=1e-5, atol=1e-6)
+
 
 class LookupTest(tf.test.TestCase, parameterized.TestCase):
     """combiner=None is keras.layers.Embedding."""
