@@ -16,6 +16,11 @@ into one [B, sum of dims] output:
   FBGEMM per table N torch.ops.quantized.embedding_bag_byte_rowwise_offsets
                    and a torch.cat
 
+and, to show where a TF system's time goes besides the op:
+
+  TF loop floor        the same loop with no lookup
+  floor + table reads  the floor plus the tables' ReadVariableOps
+
 Method as benchmarks/op_bench.py's: TF systems run n batches in a
 sequential tf.while_loop in one tf.function (each iteration slices one
 batch of every feature's ids with one Slice and one Unpack, the same for
@@ -50,6 +55,9 @@ POOL_BATCHES = 16
 SEED = 20261206
 SYSTEMS = ("tfce batched", "tfce per table", "FBGEMM batched",
            "FBGEMM per table")
+# Where a TF system's time goes besides the op (timed like the systems).
+FLOOR = "TF loop floor"
+FLOOR_AND_READS = "floor + table reads"
 
 
 def parse_args(argv=None):
@@ -142,7 +150,23 @@ def tf_systems(tables, ids, length, bags):
 
         return Timed(name, run, lambda b: output(tf.constant(b)).numpy())
 
-    return [timed("tfce batched", batched), timed("tfce per table", per_table)]
+    def loop_floor(feature_ids):
+        # What every TF system pays besides its lookups: the loop, the
+        # Slice and Unpack of the ids, one output.
+        return tf.cast(tf.reshape(feature_ids[0], [bags, length]), tf.float32)
+
+    def floor_and_reads(feature_ids):
+        # The floor plus the tables' variable reads both tfce systems make
+        # (data and scales of each table, read as the op wrappers read
+        # them), so that the batched call minus this is the time spent in
+        # the op.
+        reads = [tf.convert_to_tensor(v) for ct in cts
+                 for v in (ct.data, ct.scales)]
+        with tf.control_dependencies(reads):
+            return tf.identity(loop_floor(feature_ids))
+
+    return [timed("tfce batched", batched), timed("tfce per table", per_table),
+            timed(FLOOR, loop_floor), timed(FLOOR_AND_READS, floor_and_reads)]
 
 
 def fbgemm_batched_op(torch, tables):
@@ -280,18 +304,29 @@ def report(rows, meta, quick):
         "(issue 20): N = 100, L = 1: batched <= 0.3x per table, and no "
         "slower than FBGEMM batched.",
         "",
-        *md.header(["N", "L", "B", "threads", *SYSTEMS, "batched / per table",
+        f"`{FLOOR}` is the same loop with no lookup (the ids' Slice and "
+        f"Unpack, one output); `{FLOOR_AND_READS}` adds the reads of every "
+        "table's data and scales that both tfce systems make; "
+        "`in the op` is tfce batched minus that: the time the call itself "
+        "takes.",
+        "",
+        *md.header(["N", "L", "B", "threads", *SYSTEMS, FLOOR, FLOOR_AND_READS,
+                    "in the op", "batched / per table",
                     "batched / FBGEMM batched", "checks"]),
     ]
     for cell in cells:
-        t = {s: by.get((*cell, s)) for s in SYSTEMS}
+        t = {s: by.get((*cell, s)) for s in (*SYSTEMS, FLOOR, FLOOR_AND_READS)}
         check = next(r for r in rows
                      if (r["tables"], r["L"], r["bags"], r["threads"]) == cell)
 
         def ratio(a, b, t=t):
             return (f"{t[a] / t[b]:.2f}" if t[a] and t[b] else "-")
         lines.append(md.row([
-            *map(str, cell), *(f"{t[s]:.0f}" if t[s] else "-" for s in SYSTEMS),
+            *map(str, cell),
+            *(f"{t[s]:.0f}" if t[s] else "-"
+              for s in (*SYSTEMS, FLOOR, FLOOR_AND_READS)),
+            (f"{t['tfce batched'] - t[FLOOR_AND_READS]:.0f}"
+             if t["tfce batched"] and t[FLOOR_AND_READS] else "-"),
             ratio("tfce batched", "tfce per table"),
             ratio("tfce batched", "FBGEMM batched"),
             "ok" if check["batched == per table"] and check["batched ~ fp32"]
