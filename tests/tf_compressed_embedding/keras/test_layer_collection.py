@@ -37,7 +37,12 @@ def pooled_model(seed=0):
     x = keras.layers.Concatenate(name="features")(
         [pooled["a"], pooled["b"], inputs["dense"], pooled["c"], pooled["d"],
          pooled["e"]])
-    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(x))
+    return with_head(inputs, x, seed)
+
+
+def with_head(inputs, features, seed):
+    """The model of ``features`` under a Dense head, all weights random."""
+    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(features))
     rng = np.random.default_rng(seed)
     model.set_weights([rng.standard_normal(w.shape).astype(np.float32)
                        for w in model.get_weights()])
@@ -87,11 +92,7 @@ def masked_model(seed=0):
         CompressedEmbedding(15, 2, combiner="sum", name="emb_d")(inputs["d"]),
     ]
     x = keras.layers.Concatenate(name="features")(pooled)
-    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(x))
-    rng = np.random.default_rng(seed)
-    model.set_weights([rng.standard_normal(w.shape).astype(np.float32)
-                       for w in model.get_weights()])
-    return model
+    return with_head(inputs, x, seed)
 
 
 def masked_feed(seed=1):
