@@ -116,6 +116,13 @@ def op_counts(model, x):
     return types.count("BatchedFusedDecodeAxpy"), types.count("FusedDecodeAxpy")
 
 
+def collection_names(model):
+    """The layer names each CompressedEmbeddingCollection of ``model``
+    batches, in order."""
+    return [[e.name for e in layer.embeddings] for layer in model.layers
+            if isinstance(layer, CompressedEmbeddingCollection)]
+
+
 class CollectionTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.parameters("int8", "int4", "fp16", "int8_split")
@@ -123,9 +130,7 @@ class CollectionTest(tf.test.TestCase, parameterized.TestCase):
         model, x = pooled_model(), feed()
         apart = quantize_embeddings(model, mode, batch=False)
         together = quantize_embeddings(model, mode)
-        collections = [layer for layer in together.layers
-                       if isinstance(layer, CompressedEmbeddingCollection)]
-        self.assertEqual([[e.name for e in c.embeddings] for c in collections],
+        self.assertEqual(collection_names(together),
                          [["emb_a", "emb_b"], ["emb_c", "emb_d", "emb_e"]])
         self.assertFalse(any(isinstance(layer, CompressedEmbedding)
                              for layer in together.layers))
@@ -165,16 +170,12 @@ class CollectionTest(tf.test.TestCase, parameterized.TestCase):
         apart = quantize_embeddings(model, mode, batch=False)
         together = quantize_embeddings(model, mode)
 
-        def collections(m):
-            return [[e.name for e in layer.embeddings] for layer in m.layers
-                    if isinstance(layer, CompressedEmbeddingCollection)]
-
         inner = [layer for layer in together.layers
                  if isinstance(layer, keras.Model)]
         self.assertLen(inner, 1)
-        self.assertEqual(collections(inner[0]),
+        self.assertEqual(collection_names(inner[0]),
                          [["emb_a", "emb_b"], ["emb_c", "emb_d", "emb_e"]])
-        self.assertEqual(collections(together), [["emb_f", "emb_g"]])
+        self.assertEqual(collection_names(together), [["emb_f", "emb_g"]])
         for m in (together, inner[0]):
             self.assertFalse(any(isinstance(layer, CompressedEmbedding)
                                  for layer in m.layers))
@@ -195,9 +196,7 @@ class CollectionTest(tf.test.TestCase, parameterized.TestCase):
         model, x = masked_model(), masked_feed()
         apart = quantize_embeddings(model, mode, batch=False)
         together = quantize_embeddings(model, mode)
-        collections = [layer for layer in together.layers
-                       if isinstance(layer, CompressedEmbeddingCollection)]
-        self.assertEqual([[e.name for e in c.embeddings] for c in collections],
+        self.assertEqual(collection_names(together),
                          [["emb_a", "emb_b"], ["emb_c", "emb_d"]])
         self.assertEqual(sorted(layer.name for layer in together.layers
                                 if isinstance(layer, CompressedEmbedding)),
