@@ -10,17 +10,13 @@ nodes are then pruned from the export.
   with the ~30 nodes of RaggedSplitsToSegmentIds: bag kind 'row_splits'.
 
 Only unweighted lookups are taken: a weighted one keeps its segment ids.
-The row counts stay TF's: -1 (the rows of a dense matrix) and -2 (the last
-row holding an id + 1, what SparseSegment* ops without num_segments give).
+The row counts stay TF's: the rows of a dense matrix, or the last row
+holding an id + 1 (what SparseSegment* ops without num_segments give).
 """
 import tensorflow as tf
 
 from export_tools.graph_edit import known_rank, node_name, output_index
-
-# The batched op's num_bags values that ask it to count the rows: those of
-# the bag structure, and the last row holding an id + 1.
-ROWS_OF_BAGS = -1
-ROWS_WITH_IDS = -2
+from tf_compressed_embedding._batched_inputs import ROWS_OF_BAGS, ROWS_WITH_IDS
 # The ops TF's RaggedSplitsToSegmentIds (ragged_util.repeat) is built of.
 _RAGGED_ROW_IDS_OPS = {"Shape", "StridedSlice", "Sub", "Cast", "Range", "ExpandDims",
                        "BroadcastTo", "Max", "Maximum", "Pack", "Less", "Tile",
@@ -31,9 +27,10 @@ _RAGGED_ROW_IDS_OPS = {"Shape", "StridedSlice", "Sub", "Cast", "Range", "ExpandD
 def bag_source(editor, emitter, inputs, k, counted):
     """Lookup k's bags as the batched op can take them without the id
     preprocessing before them: (bag kind, ids or None to keep them, bag
-    splits or None for none, num_bags constant or None to keep it), or
-    None. `counted`: its row count is the emitter's last segment id + 1."""
-    if not _unweighted(editor, inputs["weights"][k]):
+    splits or None for none, its bag count (_batched_inputs) or None to
+    keep its num_segments), or None. `counted`: its row count is the
+    emitter's last segment id + 1."""
+    if not unweighted(editor, inputs["weights"][k]):
         return None
     segment_ids = inputs["segment_ids"][k]
     matrix = emitter.dense_bags.get(segment_ids)
@@ -48,7 +45,8 @@ def bag_source(editor, emitter, inputs, k, counted):
     return None
 
 
-def _unweighted(editor, weights):
+def unweighted(editor, weights):
+    """Whether `weights` is an empty constant (an unweighted lookup)."""
     value = editor.const_value(weights)
     return value is not None and value.size == 0
 

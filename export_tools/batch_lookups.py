@@ -16,9 +16,11 @@ cycle. In a model whose ids come straight from its inputs every lookup has
 level 1: one node for all of them.
 
 A lookup whose row count the rewrite computed as the last segment id + 1
-(TF's SparseSegment* ops without num_segments) passes num_bags -2 instead:
-the batched op counts those rows itself, and the three nodes per lookup
-that computed them are pruned.
+(TF's SparseSegment* ops without num_segments) has the batched op count
+those rows itself (bag count 'rows_with_ids'), and the three nodes per
+lookup that computed them are pruned. The node has only the inputs each
+lookup needs (tf_compressed_embedding/_batched_inputs.py): no empty scales,
+weights or splits, no row count it counts itself.
 
 The batched op also absorbs the id preprocessing of unweighted lookups
 whose bags it can take as they come (bag_sources.py), so those nodes are
@@ -29,7 +31,9 @@ import collections
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
-from export_tools.bag_sources import ROWS_WITH_IDS, bag_source
+from export_tools.bag_sources import bag_source, unweighted
+from tf_compressed_embedding import _batched_inputs
+from tf_compressed_embedding._batched_inputs import ROWS_WITH_IDS
 from export_tools.graph_edit import node_name, output_index
 
 BATCHED_OP = "BatchedFusedDecodeAxpy"
@@ -96,62 +100,66 @@ def _merge(editor, names, kept, feature_names, emitter):
     """One batched node for FusedDecodeAxpy nodes `names`; returns its name."""
     nodes = [editor.nodes[n] for n in names]
     inputs = {key: [n.input[i] for n in nodes] for i, key in enumerate(_INPUTS)}
-    id_types = [_type(n, "Tidx") for n in nodes]
-    split_types = [_type(n, "Tseg") for n in nodes]
-    count_types = [_type(n, "Tnumsegments") for n in nodes]
-    kinds = [b"segment_ids"] * len(nodes)
-    shared = {}
-
-    def const(key, value, dtype):
-        if key not in shared:
-            shared[key] = editor.add_const(f"tfce_batched_lookup/{key}", value, dtype)
-        return shared[key]
-
-    for k in range(len(nodes)):
+    features = []
+    for k, node in enumerate(nodes):
+        # Values are (tensor name, dtype enum): the names become the node's
+        # inputs, the dtypes its type-list attrs.
+        ids = (inputs["ids"][k], _type(node, "Tidx"))
+        kind = b"segment_ids"
+        splits = (inputs["segment_ids"][k], _type(node, "Tseg"))
+        num_bags = (inputs["num_segments"][k], _type(node, "Tnumsegments"))
         counted = (emitter.segment_counts.get(inputs["num_segments"][k])
                    == inputs["segment_ids"][k])
         source = bag_source(editor, emitter, inputs, k, counted)
         if source is not None:
-            kinds[k], ids, splits, rows = source
-            if ids is not None:
-                inputs["ids"][k] = ids
-                id_types[k] = _output_type(editor, emitter, ids)
-            if splits is None:
-                splits = const("no_splits", [], tf.int64)
-            inputs["segment_ids"][k] = splits
-            split_types[k] = _output_type(editor, emitter, splits)
-        else:
-            rows = ROWS_WITH_IDS if counted else None
-        if rows is not None:
-            inputs["num_segments"][k] = const(f"rows_{-rows}", rows, tf.int64)
-            count_types[k] = tf.int64.as_datatype_enum
+            kind, source_ids, source_splits, rows = source
+            if rows is not None:
+                num_bags = rows
+            if source_ids is not None:
+                ids = (source_ids, _output_type(editor, emitter, source_ids))
+            splits = (None if source_splits is None else
+                      (source_splits, _output_type(editor, emitter, source_splits)))
+        elif counted:
+            num_bags = ROWS_WITH_IDS
+        row_format = node.attr["row_format"].s if "row_format" in node.attr else b"plain"
+        table_type = node.attr["T"].type
+        features.append(_batched_inputs.Feature(
+            table=(inputs["table"][k], table_type), ids=ids,
+            bag_kind=kind.decode(), row_format=row_format.decode(),
+            dim=node.attr["dim"].i if "dim" in node.attr else -1,
+            combiner=(node.attr["combiner"].s if "combiner" in node.attr
+                      else b"sum").decode(),
+            scales=((inputs["scales"][k], tf.float32.as_datatype_enum)
+                    if _batched_inputs.has_scales(tf.as_dtype(table_type).name,
+                                                  row_format.decode()) else None),
+            bag_splits=splits,
+            weights=(None if unweighted(editor, inputs["weights"][k])
+                     else (inputs["weights"][k], tf.float32.as_datatype_enum)),
+            num_bags=num_bags))
+    args = _batched_inputs.layout(features)
     controls = sorted({i for n in nodes for i in n.input[len(_INPUTS):]})
-
-    def attr_of(node, key, default=None):
-        return node.attr[key] if key in node.attr else default
-
-    row_formats, dims = [], []
-    for n in nodes:
-        row_format = attr_of(n, "row_format")
-        row_formats.append(row_format.s if row_format is not None else b"plain")
-        dim = attr_of(n, "dim")
-        dims.append(dim.i if dim is not None else -1)
-    combiners = [n.attr["combiner"].s if "combiner" in n.attr else b"sum"
-                 for n in nodes]
     name = editor.unique_name("tfce_batched_lookup")
+
+    def names_of(key):
+        return [tensor for tensor, _ in args[key]]
+
+    def types_of(key):
+        return _list_attr([dtype for _, dtype in args[key]], "type")
+
+    def strings(key):
+        return _list_attr([v.encode() for v in args[key]], "s")
+
     editor.add(
         name, BATCHED_OP,
-        inputs["table"] + inputs["scales"] + inputs["ids"] + inputs["segment_ids"]
-        + inputs["weights"] + inputs["num_segments"] + controls,
-        N=len(nodes),
-        Ttables=_list_attr([n.attr["T"].type for n in nodes], "type"),
-        Tids=_list_attr(id_types, "type"),
-        Tsplits=_list_attr(split_types, "type"),
-        Tnum_bags=_list_attr(count_types, "type"),
-        row_formats=_list_attr(row_formats, "s"),
-        dims=_list_attr(dims, "i"),
-        combiners=_list_attr(combiners, "s"),
-        bag_kinds=_list_attr(kinds, "s"),
+        [t for key in _batched_inputs.INPUT_LISTS for t in names_of(key)]
+        + controls,
+        Ttables=types_of("tables"), num_scales=len(args["scales"]),
+        Tids=types_of("ids"), Tsplits=types_of("bag_splits"),
+        num_weights=len(args["weights"]), Tnum_bags=types_of("num_bags"),
+        row_formats=strings("row_formats"), dims=_list_attr(args["dims"], "i"),
+        combiners=strings("combiners"), bag_kinds=strings("bag_kinds"),
+        bag_counts=strings("bag_counts"),
+        weighted=_list_attr(args["weighted"], "b"),
         concat=False, num_outputs=len(nodes),
         feature_names=_list_attr(
             [feature_names.get(n.input[0], n.name).encode() for n in nodes], "s"))

@@ -213,8 +213,8 @@ def _lookup_counts(editor, reads):
     uid). A stock decode counts as a row lookup (its rows GatherV2)."""
     counts = {uid: [0, 0] for uid in reads.values()}
     for node in editor.graph_def.node:
-        if node.op == BATCHED_OP:  # its first N inputs are its tables
-            for table in node.input[:node.attr["N"].i]:
+        if node.op == BATCHED_OP:  # its first inputs are its tables
+            for table in node.input[:len(node.attr["Ttables"].list.type)]:
                 if node_name(table) in reads:
                     counts[reads[node_name(table)]][1] += 1
             continue

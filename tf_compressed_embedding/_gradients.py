@@ -6,6 +6,8 @@ inputs get no gradient.
 """
 import tensorflow as tf
 
+from tf_compressed_embedding import _batched_inputs
+
 _ops_module = None  # the loaded op library, for the lookup the gradient runs
 
 
@@ -74,52 +76,57 @@ def _fused_decode_axpy_grad(op, grad):
 
 
 def _batched_fused_decode_axpy_grad(op, *grads):
-    """Each feature's weights gradient, as FusedDecodeAxpy's: its bags are
-    turned into segment ids over the ids it pools (dense and padded ids
-    flattened, padding left out and given gradient 0)."""
-    n = op.get_attr("N")
-    lists = [op.inputs[k * n:(k + 1) * n] for k in range(6)]
-    tables, scales, ids, bag_splits, weights, _ = lists
-    kinds = [k.decode() for k in op.get_attr("bag_kinds")]
-    combiners = [c.decode() for c in op.get_attr("combiners")]
-    row_formats = [r.decode() for r in op.get_attr("row_formats")]
-    dims = op.get_attr("dims")
+    """Each weighted feature's weights gradient, as FusedDecodeAxpy's: its
+    bags are turned into segment ids over the ids it pools (dense and padded
+    ids flattened, padding left out and given gradient 0)."""
+    features = _batched_inputs.features_of(op)
     concat = op.get_attr("concat")
     outputs, column = [], 0
-    for f in range(n):  # each feature's output and its gradient
+    for f, feature in enumerate(features):  # each output and its gradient
         if not concat:
             outputs.append((op.outputs[f], grads[f]))
             continue
-        width = dims[f] if dims[f] >= 0 else tf.shape(tables[f])[1]
+        width = feature.dim if feature.dim >= 0 else tf.shape(feature.table)[1]
         cols = slice(column, column + width)
         outputs.append((op.outputs[0][:, cols],
                         None if grads[0] is None else grads[0][:, cols]))
         column = column + width
 
     def feature_grad(f):
+        feature = features[f]
         out, grad = outputs[f]
         num_segments = tf.shape(out)[0]
-        flat_ids, flat_weights, segment_ids = ids[f], weights[f], bag_splits[f]
-        if kinds[f] == "row_splits":
-            segment_ids = tf.ragged.row_splits_to_segment_ids(bag_splits[f])
-        elif kinds[f] in ("dense", "padded"):
-            keep = (tf.where(tf.ones_like(ids[f], tf.bool)) if kinds[f] == "dense"
-                    else tf.where(ids[f] >= 0))
-            flat_ids, flat_weights = tf.gather_nd(ids[f], keep), tf.gather_nd(weights[f], keep)
+        ids, weights = feature.ids, feature.weights
+        flat_ids, flat_weights, segment_ids = ids, weights, feature.bag_splits
+        if feature.bag_kind == "row_splits":
+            segment_ids = tf.ragged.row_splits_to_segment_ids(feature.bag_splits)
+        elif feature.bag_kind in ("dense", "padded"):
+            keep = (tf.where(tf.ones_like(ids, tf.bool))
+                    if feature.bag_kind == "dense" else tf.where(ids >= 0))
+            flat_ids, flat_weights = tf.gather_nd(ids, keep), tf.gather_nd(weights, keep)
             segment_ids = keep[:, 0]
 
         def lookup():
             return _ops_module.compressed_embedding_lookup(
-                table=tables[f], scales=scales[f], ids=flat_ids,
-                row_format=row_formats[f], dim=dims[f])
+                table=feature.table,
+                scales=(tf.zeros([0]) if feature.scales is None
+                        else feature.scales),
+                ids=flat_ids, row_format=feature.row_format, dim=feature.dim)
 
         dw = _pooled_weights_grad(lookup, segment_ids, flat_weights,
-                                  num_segments, out, grad, combiners[f])
-        if kinds[f] in ("dense", "padded"):
-            dw = tf.scatter_nd(keep, dw, tf.shape(weights[f], out_type=tf.int64))
+                                  num_segments, out, grad, feature.combiner)
+        if feature.bag_kind in ("dense", "padded"):
+            dw = tf.scatter_nd(keep, dw, tf.shape(weights, out_type=tf.int64))
         return dw
 
-    weight_grads = [None if outputs[f][1] is None else
-                    _unless_unweighted(weights[f], lambda f=f: feature_grad(f))
-                    for f in range(n)]
-    return [None] * (4 * n) + weight_grads + [None] * n
+    grads_by_feature = [
+        None if feature.weights is None or outputs[f][1] is None
+        else _unless_unweighted(feature.weights, lambda f=f: feature_grad(f))
+        for f, feature in enumerate(features)]
+    # Only the weights inputs (those of the weighted features, in order,
+    # followed by the num_bags inputs) get a gradient.
+    weight_grads = [grads_by_feature[f] for f, feature in enumerate(features)
+                    if feature.weights is not None]
+    num_bags_inputs = len(op.get_attr("Tnum_bags"))
+    before = len(op.inputs) - len(weight_grads) - num_bags_inputs
+    return [None] * before + weight_grads + [None] * num_bags_inputs

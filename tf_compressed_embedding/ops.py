@@ -6,7 +6,7 @@ import collections
 
 import tensorflow as tf
 
-from tf_compressed_embedding import _bags, _loader, quantization
+from tf_compressed_embedding import _bags, _batched_inputs, _loader, quantization
 
 # The op module, fetched by the wrappers while tf.functions trace them:
 # autograph must not convert the loader's locking.
@@ -385,51 +385,36 @@ class BatchedBags(collections.namedtuple(
         defaults=(None, None))):
     """One feature's bags as BatchedFusedDecodeAxpy takes them: `kind` (a
     bag kind of the op), its ids, bag splits (None: none, for 'dense' and
-    'padded'), weights (None: unweighted) and num_bags (None: -1, the rows
-    of the bag structure)."""
+    'padded'), weights (None: unweighted) and num_bags (None: the rows of
+    the bag structure)."""
 
 
 def batched_pool(tables, features, combiners, concat=False, feature_names=None):
     """One BatchedFusedDecodeAxpy node pooling `features` (BatchedBags) over
     `tables` with `combiners` (a list, checked); the outputs as
-    :func:`batched_embedding_lookup_sparse` returns them. Inputs that
-    features share (a table's reads, the empty scales, splits and weights,
-    the -1 marker) are made once: each would be a node of its own otherwise.
-    """
-    table_inputs, shared = {}, {}
-
-    def constant(key, value, dtype):
-        if key not in shared:
-            shared[key] = tf.constant(value, dtype)
-        return shared[key]
-
-    op_inputs = {k: [] for k in ("tables", "scales", "ids", "bag_splits",
-                                 "weights", "num_bags", "row_formats",
-                                 "dims", "bag_kinds")}
-    for table, feature in zip(tables, features):
+    :func:`batched_embedding_lookup_sparse` returns them. A table that
+    features share is read once; the node has only the inputs each feature
+    needs (_batched_inputs)."""
+    table_inputs = {}
+    op_features = []
+    for table, bags, combiner in zip(tables, features, combiners):
         if id(table) not in table_inputs:
             table_inputs[id(table)] = _table_inputs(table)
         inputs = table_inputs[id(table)]
+        row_format = inputs.get("row_format", "plain")
         scales = inputs["scales"]
-        if _is_empty_float32(scales):
-            scales = constant("no_scales", [], tf.float32)
-        op_inputs["tables"].append(inputs["table"])
-        op_inputs["scales"].append(scales)
-        op_inputs["row_formats"].append(inputs.get("row_format", "plain"))
-        op_inputs["dims"].append(inputs.get("dim", -1))
-        op_inputs["ids"].append(feature.ids)
-        op_inputs["bag_splits"].append(
-            constant("no_splits", [], tf.int64) if feature.splits is None
-            else feature.splits)
-        op_inputs["num_bags"].append(
-            constant("rows_of_bags", -1, tf.int64) if feature.num_bags is None
-            else feature.num_bags)
-        op_inputs["bag_kinds"].append(feature.kind)
-        op_inputs["weights"].append(
-            constant("unweighted", [], tf.float32) if feature.weights is None
-            else feature.weights)
+        if (not _batched_inputs.has_scales(inputs["table"].dtype.name, row_format)
+                and _is_empty_float32(scales)):
+            scales = None  # a bad non-empty one goes to the op, which names it
+        op_features.append(_batched_inputs.Feature(
+            table=inputs["table"], ids=bags.ids, bag_kind=bags.kind,
+            row_format=row_format, dim=inputs.get("dim", -1),
+            combiner=combiner, scales=scales, bag_splits=bags.splits,
+            weights=bags.weights,
+            num_bags=(_batched_inputs.ROWS_OF_BAGS if bags.num_bags is None
+                      else bags.num_bags)))
     outputs = _op_library().batched_fused_decode_axpy(
-        **op_inputs, combiners=list(combiners), concat=bool(concat),
+        **_batched_inputs.layout(op_features), concat=bool(concat),
         num_outputs=1 if concat else len(features),
         feature_names=feature_names or [])
     return outputs[0] if concat else list(outputs)

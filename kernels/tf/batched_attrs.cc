@@ -1,5 +1,8 @@
 #include "kernels/tf/batched_attrs.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/tf/bag_inputs.h"
 #include "kernels/tf/op_util.h"
@@ -38,6 +41,31 @@ absl::Status ParseBagKind(const std::string& name, BagKind* kind) {
       name, "'");
 }
 
+absl::Status ParseBagCount(const std::string& name, BagCount* count) {
+  static constexpr std::pair<const char*, BagCount> kCounts[] = {
+      {"given", BagCount::kGiven},
+      {"rows_of_bags", BagCount::kRowsOfBags},
+      {"rows_with_ids", BagCount::kRowsWithIds},
+  };
+  for (const auto& [count_name, value] : kCounts) {
+    if (name == count_name) {
+      *count = value;
+      return absl::OkStatus();
+    }
+  }
+  return InvalidArgument(
+      "bag_counts must be 'given', 'rows_of_bags' or 'rows_with_ids', got '",
+      name, "'");
+}
+
+int64_t BatchedAttrs::InputIndex(BatchedInput list, int64_t f) const {
+  const int64_t position = Position(list, f);
+  if (position < 0) return -1;
+  int64_t first = 0;
+  for (int l = 0; l < static_cast<int>(list); ++l) first += list_sizes[l];
+  return first + position;
+}
+
 absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
                                int64_t num_outputs,
                                const std::vector<tensorflow::DataType>& dtypes,
@@ -46,18 +74,19 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
                                const std::vector<int64_t>& dims,
                                const std::vector<std::string>& combiners,
                                const std::vector<std::string>& bag_kinds,
+                               const std::vector<std::string>& bag_counts,
+                               const std::vector<bool>& weighted,
                                const std::vector<std::string>& names,
                                BatchedAttrs* attrs) {
   const int64_t n = num_features;
   const std::pair<const char*, size_t> lists[] = {
-      {"Ttables", dtypes.size()},
       {"row_formats", row_formats.size()},
       {"dims", dims.size()},
       {"combiners", combiners.size()},
       {"bag_kinds", bag_kinds.size()},
-      {"Tids (the ids inputs)", input_lists.ids},
-      {"Tsplits (the bag_splits inputs)", input_lists.splits},
-      {"Tnum_bags (the num_bags inputs)", input_lists.num_bags},
+      {"bag_counts", bag_counts.size()},
+      {"weighted", weighted.size()},
+      {"Tids (the ids inputs)", static_cast<size_t>(input_lists.ids)},
   };
   for (const auto& [name, size] : lists) {
     if (static_cast<int64_t>(size) != n) {
@@ -87,6 +116,13 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
   attrs->storages.assign(n, Storage::kInt8Split);
   attrs->combiners.assign(n, Combiner::kSum);
   attrs->bag_kinds.assign(n, BagKind::kSegmentIds);
+  attrs->bag_counts.assign(n, BagCount::kGiven);
+  for (auto& positions : attrs->positions) positions.assign(n, -1);
+  int64_t counts[kNumBatchedInputs] = {};
+  auto place = [&](BatchedInput list, int64_t f) {
+    const int l = static_cast<int>(list);
+    attrs->positions[l][f] = counts[l]++;
+  };
   for (int64_t f = 0; f < n; ++f) {
     // The combiner first, as TF checks the single op's enum attr before
     // its kernel reads the table format.
@@ -97,7 +133,43 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
                                            &attrs->storages[f])));
     TF_RETURN_IF_ERROR(
         attrs->Labeled(f, ParseBagKind(bag_kinds[f], &attrs->bag_kinds[f])));
+    TF_RETURN_IF_ERROR(attrs->Labeled(
+        f, ParseBagCount(bag_counts[f], &attrs->bag_counts[f])));
+    const BagKind kind = attrs->bag_kinds[f];
+    place(BatchedInput::kTables, f);
+    if (attrs->storages[f] == Storage::kInt8Split) {
+      place(BatchedInput::kScales, f);
+    }
+    place(BatchedInput::kIds, f);
+    if (kind == BagKind::kSegmentIds || kind == BagKind::kRowSplits) {
+      place(BatchedInput::kBagSplits, f);
+    }
+    if (weighted[f]) place(BatchedInput::kWeights, f);
+    if (attrs->bag_counts[f] == BagCount::kGiven) {
+      place(BatchedInput::kNumBags, f);
+    }
   }
+  const std::pair<const char*, int64_t> needed[] = {
+      {"num_scales (the scales inputs): one per 'plain' int8 table",
+       input_lists.scales},
+      {nullptr, input_lists.ids},  // N, checked above
+      {"Tsplits (the bag_splits inputs): one per 'segment_ids' or "
+       "'row_splits' feature",
+       input_lists.splits},
+      {"num_weights (the weights inputs): one per weighted feature",
+       input_lists.weights},
+      {"Tnum_bags (the num_bags inputs): one per feature whose bag_counts "
+       "is 'given'",
+       input_lists.num_bags},
+  };
+  for (int l = 1; l < kNumBatchedInputs; ++l) {
+    const auto& [what, size] = needed[l - 1];
+    if (what != nullptr && size != counts[l]) {
+      return InvalidArgument("attr ", what, ": ", counts[l],
+                             " for these features, but has ", size);
+    }
+  }
+  std::copy(std::begin(counts), std::end(counts), attrs->list_sizes);
   return absl::OkStatus();
 }
 

@@ -1,6 +1,11 @@
 // The attrs of BatchedFusedDecodeAxpy, read and checked the same way by its
 // shape function (a bad node fails when the graph is built) and its
-// OpKernel: one storage format, combiner and bag kind per feature.
+// OpKernel: one storage format, combiner, bag kind and bag count per
+// feature, and where each feature's inputs are. Only the inputs a feature
+// needs are there (every input is an executor edge, paid on every call):
+// scales for 'plain' int8 tables, bag splits for 'segment_ids' and
+// 'row_splits' bags, weights for weighted features, num_bags for features
+// whose row count is given.
 #ifndef TFCE_KERNELS_TF_BATCHED_ATTRS_H_
 #define TFCE_KERNELS_TF_BATCHED_ATTRS_H_
 
@@ -23,14 +28,39 @@ enum class BagKind {
   kPadded,      // ids [rows, width]: each row's ids >= 0 are a bag
 };
 
+// How a feature's number of output rows is known (the bag_counts attr).
+enum class BagCount {
+  kGiven,        // its num_bags input
+  kRowsOfBags,   // the rows of its bag structure
+  kRowsWithIds,  // the last row holding an id + 1
+};
+
+// The op's input lists, in order.
+enum class BatchedInput { kTables, kScales, kIds, kBagSplits, kWeights,
+                          kNumBags };
+constexpr int kNumBatchedInputs = 6;
+
 struct BatchedAttrs {
-  int64_t num_features = 0;  // N
+  int64_t num_features = 0;  // N, the number of tables
   bool concat = false;
   std::vector<Storage> storages;
   std::vector<int64_t> dims;  // the dims attr: D of rowwise tables, else -1
   std::vector<Combiner> combiners;
   std::vector<BagKind> bag_kinds;
+  std::vector<BagCount> bag_counts;
   std::vector<std::string> names;  // feature_names: empty, or one each
+  // positions[list][f]: feature f's position in that input list, or -1
+  // when it has no input there.
+  std::vector<int64_t> positions[kNumBatchedInputs];
+  // The size of each input list.
+  int64_t list_sizes[kNumBatchedInputs] = {};
+
+  // Feature f's position in input list `list`, or -1.
+  int64_t Position(BatchedInput list, int64_t f) const {
+    return positions[static_cast<int>(list)][f];
+  }
+  // Feature f's index among all the node's inputs, or -1.
+  int64_t InputIndex(BatchedInput list, int64_t f) const;
 
   // "feature 3", or "feature 3 ('user_id')" when the node names them.
   std::string Label(int64_t f) const;
@@ -38,16 +68,19 @@ struct BatchedAttrs {
   absl::Status Labeled(int64_t f, const absl::Status& status) const;
 };
 
-// The lengths of the type lists of the other per-feature inputs.
+// The lengths of the op's input lists, as its attrs give them.
 struct InputListSizes {
-  size_t ids, splits, num_bags;
+  int64_t scales, ids, splits, weights, num_bags;
 };
 
 // One bag_kinds entry as a BagKind; anything else is an error.
 absl::Status ParseBagKind(const std::string& name, BagKind* kind);
+// One bag_counts entry as a BagCount; anything else is an error.
+absl::Status ParseBagCount(const std::string& name, BagCount* count);
 
-// Checks the raw attrs (every list N long, num_outputs N or 1 as concat
-// says, each feature's format, combiner and bag kind) into *attrs.
+// Checks the raw attrs (every per-feature list N long, num_outputs N or 1
+// as concat says, each feature's format, combiner, bag kind and bag count,
+// each input list as long as the features that need it) into *attrs.
 absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
                                int64_t num_outputs,
                                const std::vector<tensorflow::DataType>& dtypes,
@@ -56,6 +89,8 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
                                const std::vector<int64_t>& dims,
                                const std::vector<std::string>& combiners,
                                const std::vector<std::string>& bag_kinds,
+                               const std::vector<std::string>& bag_counts,
+                               const std::vector<bool>& weighted,
                                const std::vector<std::string>& names,
                                BatchedAttrs* attrs);
 
@@ -63,27 +98,36 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
 // function's InferenceContext (both have GetAttr).
 template <typename Context>
 absl::Status ReadBatchedAttrs(Context* c, BatchedAttrs* attrs) {
-  int64_t num_features = 0, num_outputs = 0;
+  int64_t num_features = 0, num_outputs = 0, num_scales = 0, num_weights = 0;
   bool concat = false;
   std::vector<tensorflow::DataType> dtypes, ids, splits, num_bags;
-  std::vector<std::string> row_formats, combiners, bag_kinds, names;
+  std::vector<std::string> row_formats, combiners, bag_kinds, bag_counts,
+      names;
   std::vector<int64_t> dims;
-  TF_RETURN_IF_ERROR(c->GetAttr("N", &num_features));
+  std::vector<bool> weighted;
+  TF_RETURN_IF_ERROR(c->GetAttr("num_scales", &num_scales));
+  TF_RETURN_IF_ERROR(c->GetAttr("num_weights", &num_weights));
   TF_RETURN_IF_ERROR(c->GetAttr("Tids", &ids));
   TF_RETURN_IF_ERROR(c->GetAttr("Tsplits", &splits));
   TF_RETURN_IF_ERROR(c->GetAttr("Tnum_bags", &num_bags));
   TF_RETURN_IF_ERROR(c->GetAttr("concat", &concat));
   TF_RETURN_IF_ERROR(c->GetAttr("num_outputs", &num_outputs));
   TF_RETURN_IF_ERROR(c->GetAttr("Ttables", &dtypes));
+  num_features = static_cast<int64_t>(dtypes.size());  // one table each
   TF_RETURN_IF_ERROR(c->GetAttr("row_formats", &row_formats));
   TF_RETURN_IF_ERROR(c->GetAttr("dims", &dims));
   TF_RETURN_IF_ERROR(c->GetAttr("combiners", &combiners));
   TF_RETURN_IF_ERROR(c->GetAttr("bag_kinds", &bag_kinds));
+  TF_RETURN_IF_ERROR(c->GetAttr("bag_counts", &bag_counts));
+  TF_RETURN_IF_ERROR(c->GetAttr("weighted", &weighted));
   TF_RETURN_IF_ERROR(c->GetAttr("feature_names", &names));
-  return ParseBatchedAttrs(num_features, concat, num_outputs, dtypes,
-                           {ids.size(), splits.size(), num_bags.size()},
-                           row_formats, dims, combiners, bag_kinds, names,
-                           attrs);
+  const InputListSizes lists = {
+      num_scales, static_cast<int64_t>(ids.size()),
+      static_cast<int64_t>(splits.size()), num_weights,
+      static_cast<int64_t>(num_bags.size())};
+  return ParseBatchedAttrs(num_features, concat, num_outputs, dtypes, lists,
+                           row_formats, dims, combiners, bag_kinds,
+                           bag_counts, weighted, names, attrs);
 }
 
 }  // namespace tfce

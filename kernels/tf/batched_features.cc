@@ -15,9 +15,11 @@ using ::tensorflow::TensorShape;
 
 namespace {
 
+// `requested`, here and below: a given num_bags (>= 0), kRowsOfBags or
+// kRowsWithIds.
 // ReadFeatureBags of a 'segment_ids' or 'row_splits' feature: ids
-// [num_ids], bag_splits a vector; num_bags is a scalar.
-absl::Status ReadVectorBags(const Tensor& num_bags, BatchedFeature* feature) {
+// [num_ids], bag_splits a vector.
+absl::Status ReadVectorBags(int64_t requested, BatchedFeature* feature) {
   const Tensor& ids = *feature->ids;
   const Tensor& splits = *feature->bag_splits;
   const bool row_splits = feature->kind == BagKind::kRowSplits;
@@ -39,7 +41,6 @@ absl::Status ReadVectorBags(const Tensor& num_bags, BatchedFeature* feature) {
                            "shape ",
                            weights.shape().DebugString());
   }
-  const int64_t given = IntScalar(num_bags);
   if (row_splits) {
     if (splits.dim_size(0) < 1) {
       return InvalidArgument(
@@ -48,7 +49,7 @@ absl::Status ReadVectorBags(const Tensor& num_bags, BatchedFeature* feature) {
           splits.shape().DebugString());
     }
     feature->num_bags = splits.dim_size(0) - 1;
-    if (given == kRowsWithIds) {
+    if (requested == kRowsWithIds) {
       // Drops the trailing empty rows of the splits as read here;
       // CheckBags checks the copy it uses agrees.
       const int64_t rows = feature->num_bags;
@@ -59,12 +60,13 @@ absl::Status ReadVectorBags(const Tensor& num_bags, BatchedFeature* feature) {
           break;
         }
       }
-    } else if (given != kRowsOfBags && given != feature->num_bags) {
+    } else if (requested != kRowsOfBags && requested != feature->num_bags) {
       return InvalidArgument(
-          "num_bags = ", given, " but row_splits has ", splits.dim_size(0),
-          " elements, so ", feature->num_bags,
-          " rows: pass -1 (the rows the splits give), -2 (the last row "
-          "holding an id + 1) or their number");
+          "num_bags = ", requested, " but row_splits has ",
+          splits.dim_size(0), " elements, so ", feature->num_bags,
+          " rows: give their number, or let the op count them (bag_counts "
+          "'rows_of_bags': the rows the splits give; 'rows_with_ids': the "
+          "last row holding an id + 1)");
     }
     return absl::OkStatus();
   }
@@ -73,7 +75,7 @@ absl::Status ReadVectorBags(const Tensor& num_bags, BatchedFeature* feature) {
         "segment_ids must have the same size as ids: ids has ",
         feature->num_ids, " elements, segment_ids has ", splits.dim_size(0));
   }
-  if (given == kRowsOfBags || given == kRowsWithIds) {
+  if (requested == kRowsOfBags || requested == kRowsWithIds) {
     // A last id that is negative or that cannot be counted past gives 0
     // rows, and CheckBags then names it.
     const int64_t last =
@@ -82,11 +84,13 @@ absl::Status ReadVectorBags(const Tensor& num_bags, BatchedFeature* feature) {
         last < 0 || last == std::numeric_limits<int64_t>::max() ? 0 : last + 1;
     return absl::OkStatus();
   }
-  return ReadNumSegments(num_bags, "num_bags", &feature->num_bags);
+  feature->num_bags = requested;
+  return absl::OkStatus();
 }
 
-// PackPadded has counted its rows.
-absl::Status ReadMatrixBags(const Tensor& num_bags, BatchedFeature* feature) {
+// ReadFeatureBags of a 'dense' or 'padded' feature: a 'padded' one's
+// num_bags is kRowsWithIds until PackPadded has counted its rows.
+absl::Status ReadMatrixBags(int64_t requested, BatchedFeature* feature) {
   const Tensor& ids = *feature->ids;
   const bool dense = feature->kind == BagKind::kDense;
   const char* kind = dense ? "'dense'" : "'padded'";
@@ -94,12 +98,6 @@ absl::Status ReadMatrixBags(const Tensor& num_bags, BatchedFeature* feature) {
     return InvalidArgument("ids must be a matrix [rows, width] (bag kind ",
                            kind, "), but has shape ",
                            ids.shape().DebugString());
-  }
-  const Tensor& splits = *feature->bag_splits;
-  if (splits.dims() != 1 || splits.dim_size(0) != 0) {
-    return InvalidArgument("bag_splits must be empty, shape [0], for bag kind ",
-                           kind, " (each row of ids is a bag), but has shape ",
-                           splits.shape().DebugString());
   }
   const Tensor& weights = *feature->weights;
   if (weights.shape() != ids.shape() &&
@@ -109,26 +107,20 @@ absl::Status ReadMatrixBags(const Tensor& num_bags, BatchedFeature* feature) {
         ", or [0] (unweighted), but has shape ", weights.shape().DebugString());
   }
   const int64_t rows = ids.dim_size(0);
-  const int64_t given = IntScalar(num_bags);
   if (dense) {
     feature->num_ids = ids.NumElements();
     feature->num_bags =
-        given == kRowsWithIds && ids.dim_size(1) == 0 ? 0 : rows;
-    if (given != kRowsOfBags && given != kRowsWithIds && given != rows) {
-      return InvalidArgument("num_bags = ", given, " but ids has ", rows,
-                             " rows: pass -1, -2 or ", rows);
+        requested == kRowsWithIds && ids.dim_size(1) == 0 ? 0 : rows;
+    if (requested >= 0 && requested != rows) {
+      return InvalidArgument("num_bags = ", requested, " but ids has ", rows,
+                             " rows: give ", rows,
+                             ", or let the op count them (bag_counts "
+                             "'rows_of_bags' or 'rows_with_ids')");
     }
     return absl::OkStatus();
   }
-  if (given == kRowsOfBags) {
-    feature->num_bags = rows;
-    return absl::OkStatus();
-  }
-  if (given == kRowsWithIds) {
-    feature->num_bags = kRowsWithIds;
-    return absl::OkStatus();
-  }
-  return ReadNumSegments(num_bags, "num_bags", &feature->num_bags);
+  feature->num_bags = requested == kRowsOfBags ? rows : requested;
+  return absl::OkStatus();
 }
 
 // its num_bags: the last row with an id + 1 for -1, else at least that.
@@ -164,9 +156,10 @@ absl::Status PackPadded(tensorflow::OpKernelContext* ctx,
   } else if (feature->num_bags < rows_with_ids) {
     return InvalidArgument("num_bags = ", feature->num_bags, " but row ",
                            rows_with_ids - 1,
-                           " of ids holds ids: pass -1 (ids' rows), -2 "
-                           "(the last row holding an id + 1) or at least ",
-                           rows_with_ids);
+                           " of ids holds ids: give at least ", rows_with_ids,
+                           ", or let the op count them (bag_counts "
+                           "'rows_of_bags': ids' rows; 'rows_with_ids': the "
+                           "last row holding an id + 1)");
   }
   return absl::OkStatus();
 }
@@ -190,16 +183,17 @@ absl::Status CheckRowSplits(const BatchedFeature& feature, int64_t* offsets) {
 
 }  // namespace
 
-absl::Status ReadFeatureBags(tensorflow::OpKernelContext* ctx,
-                             const Tensor& num_bags, BatchedFeature* feature) {
-  if (num_bags.dims() != 0) {
-    return InvalidArgument("num_bags must be a scalar, not shape ",
-                           num_bags.shape().DebugString());
+absl::Status ReadFeatureBags(tensorflow::OpKernelContext* ctx, BagCount count,
+                             const Tensor* num_bags, BatchedFeature* feature) {
+  int64_t requested = count == BagCount::kRowsOfBags ? kRowsOfBags
+                                                     : kRowsWithIds;
+  if (count == BagCount::kGiven) {
+    TF_RETURN_IF_ERROR(ReadNumSegments(*num_bags, "num_bags", &requested));
   }
   if (feature->kind != BagKind::kDense && feature->kind != BagKind::kPadded) {
-    return ReadVectorBags(num_bags, feature);
+    return ReadVectorBags(requested, feature);
   }
-  TF_RETURN_IF_ERROR(ReadMatrixBags(num_bags, feature));
+  TF_RETURN_IF_ERROR(ReadMatrixBags(requested, feature));
   return feature->kind == BagKind::kPadded ? PackPadded(ctx, feature)
                                            : absl::OkStatus();
 }

@@ -15,12 +15,12 @@
 
 namespace tfce {
 
-// num_bags values that ask the op to count a feature's rows itself.
-// kRowsOfBags: the rows its bag structure has (row splits: len - 1; dense
-// and padded ids: their rows; sorted segment ids: the last id + 1).
-// kRowsWithIds: the last row holding an id + 1 (0 without ids), as
-// SparseSegment* ops without num_segments count them: the rows TF's
-// embedding_lookup_sparse outputs for a SparseTensor or RaggedTensor.
+// The rows a feature asks the op to count (BagCount), as num_bags values
+// that cannot be given. kRowsOfBags: the rows its bag structure has (row
+// splits: len - 1; dense and padded ids: their rows; sorted segment ids: the
+// last id + 1). kRowsWithIds: the last row holding an id + 1 (0 without
+// ids), as SparseSegment* ops without num_segments count them: the rows
+// TF's embedding_lookup_sparse outputs for a SparseTensor or RaggedTensor.
 constexpr int64_t kRowsOfBags = -1;
 constexpr int64_t kRowsWithIds = -2;
 
@@ -31,7 +31,7 @@ struct BatchedFeature {
   const tensorflow::Tensor* ids = nullptr;         // what the kernels read:
                                                    // [num_ids] or [rows, width]
   const tensorflow::Tensor* bag_splits = nullptr;  // segment ids or row
-                                                   // splits; else unused
+                                                   // splits; else null
   const tensorflow::Tensor* weights = nullptr;     // [num_ids], [rows, w], [0]
   int64_t num_ids = 0;
   int64_t num_bags = 0;
@@ -42,11 +42,12 @@ struct BatchedFeature {
 };
 
 // Reads the feature's bag inputs: *feature has its table, kind, ids,
-// bag_splits and weights set; checks their shapes and num_bags', sets
-// num_ids and num_bags and, for padded ids, packs them (their values are
-// checked there; the other kinds' by CheckBags and CheckFeatureIds).
-absl::Status ReadFeatureBags(tensorflow::OpKernelContext* ctx,
-                             const tensorflow::Tensor& num_bags,
+// bag_splits and weights set; checks their shapes and its num_bags input
+// (when `count` is kGiven; else null), sets num_ids and num_bags and, for
+// padded ids, packs them (their values are checked there; the other kinds'
+// by CheckBags and CheckFeatureIds).
+absl::Status ReadFeatureBags(tensorflow::OpKernelContext* ctx, BagCount count,
+                             const tensorflow::Tensor* num_bags,
                              BatchedFeature* feature);
 
 // Checks the feature's bag structure and, unless offsets is null, writes

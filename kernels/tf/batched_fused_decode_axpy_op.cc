@@ -51,19 +51,32 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->input_list("bag_splits", &bag_splits));
     OP_REQUIRES_OK(ctx, ctx->input_list("weights", &weights));
     OP_REQUIRES_OK(ctx, ctx->input_list("num_bags", &num_bags));
+    // A feature's input in `list`, or `absent` when it has none there.
+    auto input = [&](const OpInputList& list, BatchedInput which, int64_t f,
+                     const Tensor* absent) {
+      const int64_t position = attrs_.Position(which, f);
+      return position < 0 ? absent : &list[static_cast<int>(position)];
+    };
     std::vector<BatchedFeature> features(num_features_);
     for (int64_t f = 0; f < num_features_; ++f) {
       BatchedFeature& feature = features[f];
-      OP_REQUIRES_OK(
-          ctx,
-          Labeled(f, MakeTableView(tables[f], scales[f], attrs_.storages[f],
-                                   attrs_.dims[f], &feature.table)));
+      const Tensor* table_scales =
+          input(scales, BatchedInput::kScales, f, &no_floats_);
+      OP_REQUIRES_OK(ctx, Labeled(f, MakeTableView(tables[f], *table_scales,
+                                                   attrs_.storages[f],
+                                                   attrs_.dims[f],
+                                                   &feature.table)));
       feature.kind = attrs_.bag_kinds[f];
       feature.ids = &ids[f];
-      feature.bag_splits = &bag_splits[f];
-      feature.weights = &weights[f];
-      OP_REQUIRES_OK(ctx,
-                     Labeled(f, ReadFeatureBags(ctx, num_bags[f], &feature)));
+      feature.bag_splits = input(bag_splits, BatchedInput::kBagSplits, f,
+                                 nullptr);
+      feature.weights = input(weights, BatchedInput::kWeights, f, &no_floats_);
+      OP_REQUIRES_OK(
+          ctx, Labeled(f, ReadFeatureBags(
+                              ctx, attrs_.bag_counts[f],
+                              input(num_bags, BatchedInput::kNumBags, f,
+                                    nullptr),
+                              &feature)));
     }
 
     // Outputs: one per feature, or the features' columns side by side.
@@ -221,6 +234,9 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
   const KernelVariant* variant_ = nullptr;
   int64_t max_threads_ = 0;
   BatchedAttrs attrs_;
+  // The scales of a table without them, the weights of an unweighted
+  // feature: [0].
+  const Tensor no_floats_{tensorflow::DT_FLOAT, TensorShape({0})};
   int64_t num_features_ = 0;
   bool concat_ = false;
 };

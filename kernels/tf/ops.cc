@@ -58,56 +58,60 @@ absl::Status FusedDecodeAxpyShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-// Inputs are lists of N each, flattened in this order.
-enum BatchedInput { kTables, kScales, kIds, kBagSplits, kWeights, kNumBags };
-
 absl::Status BatchedFusedDecodeAxpyShape(InferenceContext* c) {
   BatchedAttrs attrs;
   TF_RETURN_IF_ERROR(ReadBatchedAttrs(c, &attrs));
   const int64_t n = attrs.num_features;
-  auto input = [&](BatchedInput list, int64_t f) {
-    return c->input(static_cast<int>(list * n + f));
+  // Feature f's input in `list`: rank-checked into *shape (left alone when
+  // the feature has none there).
+  auto with_rank = [&](BatchedInput list, int64_t f, int rank, bool at_most,
+                       ShapeHandle* shape) {
+    const int64_t index = attrs.InputIndex(list, f);
+    if (index < 0) return absl::OkStatus();
+    const ShapeHandle given = c->input(static_cast<int>(index));
+    return at_most ? c->WithRankAtMost(given, rank, shape)
+                   : c->WithRank(given, rank, shape);
   };
   std::vector<DimensionHandle> bags(n), dims(n);
   for (int64_t f = 0; f < n; ++f) {
     ShapeHandle table, scales, ids, splits, weights, num_bags;
     const BagKind kind = attrs.bag_kinds[f];
+    const BagCount count = attrs.bag_counts[f];
     const bool matrix = kind == BagKind::kDense || kind == BagKind::kPadded;
-    const int index = static_cast<int>(kNumBags * n + f);
-    const ::tensorflow::Tensor* given = c->input_tensor(index);
-    // num_bags -1: the rows of the bag structure; -2: the last row holding
-    // an id + 1 (see the op's doc).
-    int64_t count_rows = 0;
-    if (given != nullptr && given->dims() == 0) {
-      const int64_t value = IntScalar(*given);
-      if (value == -1 || value == -2) count_rows = value;
-    }
-    absl::Status status = c->WithRank(input(kTables, f), 2, &table);
-    if (status.ok()) status = c->WithRank(input(kScales, f), 1, &scales);
+    absl::Status status =
+        with_rank(BatchedInput::kTables, f, 2, false, &table);
     if (status.ok()) {
-      status = c->WithRank(input(kIds, f), matrix ? 2 : 1, &ids);
+      status = with_rank(BatchedInput::kScales, f, 1, false, &scales);
     }
-    if (status.ok()) status = c->WithRank(input(kBagSplits, f), 1, &splits);
     if (status.ok()) {
-      status = c->WithRankAtMost(input(kWeights, f), matrix ? 2 : 1, &weights);
+      status = with_rank(BatchedInput::kIds, f, matrix ? 2 : 1, false, &ids);
     }
-    if (status.ok()) status = c->WithRank(input(kNumBags, f), 0, &num_bags);
+    if (status.ok()) {
+      status = with_rank(BatchedInput::kBagSplits, f, 1, false, &splits);
+    }
+    if (status.ok()) {
+      status = with_rank(BatchedInput::kWeights, f, matrix ? 2 : 1, true,
+                         &weights);
+    }
+    if (status.ok()) {
+      status = with_rank(BatchedInput::kNumBags, f, 0, false, &num_bags);
+    }
     if (status.ok() && kind == BagKind::kSegmentIds) {
       status = c->Merge(ids, splits, &ids);
     }
     if (!status.ok()) {
       // Named below.
-    } else if (count_rows == -2 && kind != BagKind::kSegmentIds) {
+    } else if (count == BagCount::kGiven) {
+      status = c->MakeDimForScalarInput(
+          static_cast<int>(attrs.InputIndex(BatchedInput::kNumBags, f)),
+          &bags[f]);
+    } else if (count == BagCount::kRowsWithIds ||
+               kind == BagKind::kSegmentIds) {
       bags[f] = c->UnknownDim();  // counted from the values
     } else if (kind == BagKind::kRowSplits) {
       status = c->Subtract(c->Dim(splits, 0), 1, &bags[f]);
-    } else if (kind == BagKind::kDense ||
-               (kind == BagKind::kPadded && count_rows == -1)) {
+    } else {  // the rows of dense or padded ids
       bags[f] = c->Dim(ids, 0);
-    } else if (count_rows != 0) {  // segment ids: the last id + 1
-      bags[f] = c->UnknownDim();
-    } else {
-      status = c->MakeDimForScalarInput(index, &bags[f]);
     }
     TF_RETURN_IF_ERROR(attrs.Labeled(f, status));
     dims[f] = attrs.dims[f] < 0 ? c->Dim(table, 1) : c->MakeDim(attrs.dims[f]);
@@ -202,69 +206,80 @@ output: float32 [num_segments, D].
 
 REGISTER_OP("BatchedFusedDecodeAxpy")
     .Input("tables: Ttables")
-    .Input("scales: N * float")
+    .Input("scales: num_scales * float")
     .Input("ids: Tids")
     .Input("bag_splits: Tsplits")
-    .Input("weights: N * float")
+    .Input("weights: num_weights * float")
     .Input("num_bags: Tnum_bags")
     .Output("outputs: num_outputs * float")
-    .Attr("N: int >= 1")
-    .Attr("Ttables: list({int8, half, uint8})")
+    .Attr("Ttables: list({int8, half, uint8}) >= 1")
+    .Attr("num_scales: int >= 0 = 0")
     .Attr("Tids: list({int32, int64})")
-    .Attr("Tsplits: list({int32, int64})")
-    .Attr("Tnum_bags: list({int32, int64})")
+    .Attr("Tsplits: list({int32, int64}) >= 0 = []")
+    .Attr("num_weights: int >= 0 = 0")
+    .Attr("Tnum_bags: list({int32, int64}) >= 0 = []")
     .Attr("row_formats: list(string)")
     .Attr("dims: list(int)")
     .Attr("combiners: list(string)")
     .Attr("bag_kinds: list(string)")
+    .Attr("bag_counts: list(string)")
+    .Attr("weighted: list(bool)")
     .Attr("concat: bool = false")
     .Attr("num_outputs: int >= 1")
     .Attr("feature_names: list(string) = []")
     .SetShapeFn(BatchedFusedDecodeAxpyShape)
     .Doc(R"doc(
-Pools N features, each over its own compressed table, in one call: the
+Pools N features (N = len(tables)), each over its own compressed table, in
+one call: the
 results of N FusedDecodeAxpy calls, one per feature f on tables[f] with
-ids[f], its bags, weights[f] and combiners[f], as N outputs or (concat)
+ids[f], its bags, its weights and combiners[f], as N outputs or (concat)
 side by side in one [num_bags, sum of dims] output.
 
+A feature has only the inputs it needs (each input costs the executor on
+every call): scales if its table is 'plain' int8, bag splits if its bags
+are 'segment_ids' or 'row_splits', weights if weighted[f], num_bags if
+bag_counts[f] is 'given'. Each of those lists holds them in feature order.
+
 Feature f's bags are given by bag_kinds[f]:
-- 'segment_ids': bag_splits[f] are sorted segment ids, one per id, in
-  [0, num_bags[f]), as in FusedDecodeAxpy;
-- 'row_splits': bag_splits[f] are a RaggedTensor's row splits [rows + 1]:
+- 'segment_ids': its bag splits are sorted segment ids, one per id, in
+  [0, num_bags), as in FusedDecodeAxpy;
+- 'row_splits': its bag splits are a RaggedTensor's row splits [rows + 1]:
   bag b is ids[row_splits[b]:row_splits[b + 1]];
 - 'dense': ids[f] is [rows, width] and each row is a bag;
 - 'padded': ids[f] is [rows, width], and row r's ids >= 0 are bag r, the
   rest padding (the bags of the SparseTensor tf.where(ids >= 0) and
   tf.gather_nd make).
-The feature's number of output rows, num_bags[f], is exactly the rows of
-'dense' and 'row_splits' features, and for the other kinds at least the
-last row holding an id + 1 (the rest are empty bags). Two values ask the
-op to count them: -1 the rows of the bag structure (row splits' rows,
-the rows of dense and padded ids, the last segment id + 1); -2 the last
-row holding an id + 1, as SparseSegment* ops without num_segments count
-them (the rows tf.nn.embedding_lookup_sparse gives a SparseTensor or a
-RaggedTensor). Features may share a table (the same tensor passed
-twice). Errors name the feature (and its name, when feature_names gives
-it).
+Its number of output rows by bag_counts[f]:
+- 'given': its num_bags input, a scalar >= 0: exactly the rows of 'dense'
+  and 'row_splits' bags, and for the other kinds at least the last row
+  holding an id + 1 (the rest are empty bags);
+- 'rows_of_bags': the rows of the bag structure (row splits' rows, the
+  rows of dense and padded ids, the last segment id + 1);
+- 'rows_with_ids': the last row holding an id + 1, as SparseSegment* ops
+  without num_segments count them (the rows tf.nn.embedding_lookup_sparse
+  gives a SparseTensor or a RaggedTensor).
+Features may share a table (the same tensor passed twice). Errors name the
+feature (and its name, when feature_names gives it).
 
 tables: N tables: [V, D] int8 or half rows (row_formats[f] 'plain'), or
   uint8 [V, R] records of a rowwise format (as FusedDecodeAxpy's table).
-scales: N float32 vectors: [V] for int8 tables, [0] for every other.
+scales: the float32 [V] scales of each 'plain' int8 table.
 ids: N id tensors, each id in [0, V) of its table: vectors, or [rows,
   width] matrices for 'dense' and 'padded' features.
-bag_splits: N vectors: segment ids [len(ids)], row splits [rows + 1], or
-  [0] for 'dense' and 'padded' features.
-weights: N float32 tensors: per-id weights of the shape of ids, or [0]
-  unweighted.
-num_bags: N int32 or int64 scalars: the feature's number of output rows,
-  or -1 or -2 (see above).
-outputs: N float32 [num_bags[f], D_f], or one [num_bags, sum D_f] (concat).
+bag_splits: the segment ids [len(ids)] or row splits [rows + 1] of each
+  'segment_ids' or 'row_splits' feature.
+weights: each weighted feature's float32 per-id weights, of the shape of
+  its ids ([0]: unweighted after all).
+num_bags: each 'given' feature's int32 or int64 scalar number of rows.
+outputs: N float32 [rows_f, D_f], or one [rows, sum D_f] (concat).
 row_formats: each feature's table layout, as FusedDecodeAxpy's row_format.
 dims: each feature's D for rowwise formats, -1 for 'plain'.
 combiners: each feature's 'sum', 'mean' or 'sqrtn'.
 bag_kinds: each feature's 'segment_ids', 'row_splits', 'dense' or 'padded'.
-concat: one [num_bags, sum D_f] output (every feature has the same
-  num_bags) instead of one per feature.
+bag_counts: each feature's 'given', 'rows_of_bags' or 'rows_with_ids'.
+weighted: whether each feature has a weights input.
+concat: one [rows, sum D_f] output (every feature has the same number of
+  rows) instead of one per feature.
 num_outputs: 1 when concat, else N.
 feature_names: empty, or a name per feature for error messages.
 )doc");

@@ -284,7 +284,7 @@ def _pooled_features(function):
     """(FusedDecodeAxpy nodes, BatchedFusedDecodeAxpy nodes, the features
     they pool) in one function of a meta graph."""
     fused = sum(n.op == "FusedDecodeAxpy" for n in function.node_def)
-    batched = [n.attr["N"].i for n in function.node_def
+    batched = [len(n.attr["Ttables"].list.type) for n in function.node_def
                if n.op == "BatchedFusedDecodeAxpy"]
     return fused, len(batched), fused + sum(batched)
 
@@ -358,6 +358,10 @@ def test_batched_node_absorbs_id_preprocessing(tmp_path):
     assert len(batched) == 1
     assert sorted(batched[0].attr["bag_kinds"].list.s) == [
         b"dense", b"padded", b"row_splits", b"row_splits"]
+    # Only the inputs these features need: their tables and ids and the
+    # ragged ones' row splits; no scales, weights or row counts (counted).
+    assert len([i for i in batched[0].input if not i.startswith("^")]) == 4 + 4 + 2
+    assert set(batched[0].attr["bag_counts"].list.s) <= {b"rows_of_bags", b"rows_with_ids"}
     ops = collections.Counter(n.op for n in nodes[True])
     assert ops["Where"] == ops["GatherNd"] == ops["FloorDiv"] == 0, ops
     assert len(nodes[True]) < len(nodes[False]) / 3, (len(nodes[True]), len(nodes[False]))

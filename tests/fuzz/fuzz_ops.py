@@ -97,7 +97,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tf_compressed_embedding as tfce  # noqa: E402
-from tf_compressed_embedding import _loader, quantization  # noqa: E402
+from tf_compressed_embedding import _batched_inputs, _loader, quantization  # noqa: E402
 
 OPS = _loader.ops()  # raw ops are on the loaded library, not tf.raw_ops
 ISA = tfce.active_isa()  # the kernel row of this process (TFCE_ISA)
@@ -951,7 +951,8 @@ def other_bags(fdp, case):
     lengths = np.diff(splits)
     if kind == 1 and matrix_ok and int(ns) > 0 and np.all(lengths == lengths[0]):
         shape = (int(ns), int(lengths[0]))
-        bags = OtherBags("dense", ids=ids.reshape(shape), num_bags=np.int64(-1),
+        bags = OtherBags("dense", ids=ids.reshape(shape),
+                         num_bags=_batched_inputs.ROWS_OF_BAGS,
                          weights=weights.reshape(shape) if weights.size else weights)
         if problem == 15:
             bags.num_bags = np.int64(shape[0] + 1)
@@ -1002,10 +1003,10 @@ def draw_batched(fdp):
             continue
         x = case.inputs
         x["num_segments"] = x["num_segments"].astype(np.int64)
-        if x["num_segments"].ndim == 0 and x["num_segments"] in (-1, -2):
-            # The batched op counts the rows itself for -1 and -2 (the
-            # single op refuses them): keep the case invalid for both.
-            x["num_segments"] = np.int64(-3)
+        if not has_scales(case):
+            # The batched op has no scales input for such a table: a bad one
+            # cannot reach it.
+            x["scales"] = np.zeros([0], np.float32)
         cases.append(case)
         bags.append(other_bags(fdp, case) if fdp.ConsumeBool() else None)
     if not cases:
@@ -1071,35 +1072,40 @@ def check_batched(batched, outcome):
                           f"result for it")
 
 
+def has_scales(case):
+    """Whether the case's table has a scales input in the batched op."""
+    return _batched_inputs.has_scales(np.dtype(case.inputs["table"].dtype).name,
+                                      case.attrs.get("row_format", "plain"))
+
+
 def run_batched(batched):
+    """The batched op on the cases, laid out as the wrappers lay them out:
+    exact [0] weights are left out (unweighted), other weights kept."""
     STATS["op_calls"][batched.op] = STATS["op_calls"].get(batched.op, 0) + 1
-    lists = {k: [] for k in ("tables", "scales", "ids", "bag_splits",
-                             "weights", "num_bags", "row_formats", "dims",
-                             "combiners", "bag_kinds")}
+    features = []
     for case, bags in zip(batched.cases, batched.bags):
         x = case.inputs
-        lists["tables"].append(tf.constant(x["table"]))
-        lists["scales"].append(tf.constant(x["scales"]))
-        lists["row_formats"].append(case.attrs.get("row_format", "plain"))
-        lists["dims"].append(case.attrs.get("dim", -1))
-        lists["combiners"].append(case.combiner)
         ids, weights = x["ids"], x["weights"]
+        kind = "segment_ids" if bags is None else bags.kind
         if bags is None:
             splits, num_bags = x["segment_ids"], x["num_segments"]
         elif bags.kind == "row_splits":
-            splits, num_bags = bags.splits, np.int64(-1)
+            splits, num_bags = bags.splits, _batched_inputs.ROWS_OF_BAGS
         else:
             ids, weights = bags.ids, bags.weights
-            splits, num_bags = np.zeros([0], np.int64), bags.num_bags
-        lists["ids"].append(tf.constant(ids))
-        lists["weights"].append(tf.constant(weights))
-        lists["bag_splits"].append(tf.constant(splits))
-        lists["num_bags"].append(tf.constant(num_bags))
-        kind = "segment_ids" if bags is None else bags.kind
-        lists["bag_kinds"].append(kind)
+            splits, num_bags = None, bags.num_bags
+        features.append(_batched_inputs.Feature(
+            table=tf.constant(x["table"]), ids=tf.constant(ids), bag_kind=kind,
+            row_format=case.attrs.get("row_format", "plain"),
+            dim=case.attrs.get("dim", -1), combiner=case.combiner,
+            scales=tf.constant(x["scales"]) if has_scales(case) else None,
+            bag_splits=None if splits is None else tf.constant(splits),
+            weights=None if weights.shape == (0,) else tf.constant(weights),
+            num_bags=(num_bags if isinstance(num_bags, str)
+                      else tf.constant(num_bags))))
         STATS["batched_bag_kinds"][kind] = STATS["batched_bag_kinds"].get(kind, 0) + 1
     try:
-        return OPS.BatchedFusedDecodeAxpy(**lists,
+        return OPS.BatchedFusedDecodeAxpy(**_batched_inputs.layout(features),
                                           num_outputs=len(batched.cases))
     except (tf.errors.OpError, ValueError, TypeError) as e:
         return e

@@ -10,7 +10,8 @@ from absl.testing import parameterized
 
 import reference
 import tf_compressed_embedding as tfce
-from tf_compressed_embedding import _loader, quantization
+from tf_compressed_embedding import _batched_inputs, _loader, quantization
+from tf_compressed_embedding._batched_inputs import ROWS_OF_BAGS, ROWS_WITH_IDS
 from tf_compressed_embedding.ops import _table_inputs, _with_max_threads
 
 FORMATS = quantization.FORMATS
@@ -212,72 +213,60 @@ class BatchedValuesTest(tf.test.TestCase, parameterized.TestCase):
         ct = tfce.quantize(reference.random_table(rng, 30, 7), "int8")
         ids = np.array([4, 5, 6, 7], np.int64)
         segment_ids = np.array([1, 1, 4, 4], np.int64)
-        got = _loader.ops().batched_fused_decode_axpy(
-            tables=[ct.data], scales=[tf.zeros([0])], ids=[ids],
-            bag_splits=[segment_ids], weights=[tf.zeros([0])],
-            num_bags=[np.int64(7)], row_formats=["int8_rowwise"],
-            dims=[7], combiners=["sum"], bag_kinds=["segment_ids"],
-            num_outputs=1)
+        got = raw_batched([table_feature(ct, ids, "segment_ids", segment_ids,
+                                         num_bags=np.int64(7))])
         self.assertAllEqual(got[0], tfce.fused_decode_axpy(
             ct, ids, segment_ids, num_segments=7))
         # num_bags may be int32, as FusedDecodeAxpy's num_segments.
-        got32 = _loader.ops().batched_fused_decode_axpy(
-            tables=[ct.data], scales=[tf.zeros([0])], ids=[ids],
-            bag_splits=[segment_ids], weights=[tf.zeros([0])],
-            num_bags=[np.int32(7)], row_formats=["int8_rowwise"],
-            dims=[7], combiners=["sum"], bag_kinds=["segment_ids"],
-            num_outputs=1)
+        got32 = raw_batched([table_feature(ct, ids, "segment_ids", segment_ids,
+                                           num_bags=np.int32(7))])
         self.assertAllEqual(got32[0], got[0])
 
-    def test_num_bags_minus_one_counts_rows_from_the_segment_ids(self):
+    def test_counted_rows_of_segment_ids_are_the_last_id_plus_one(self):
         # As SparseSegment* ops without num_segments (and FusedDecodeAxpy's
-        # wrapper default): the last segment id + 1, 0 without ids.
+        # wrapper default): the last segment id + 1, 0 without ids; both
+        # counts agree for segment ids.
         rng = np.random.default_rng(28)
         ct = tfce.quantize(reference.random_table(rng, 30, 5), "int4")
 
         def batched(ids, segment_ids, num_bags):
-            return _loader.ops().batched_fused_decode_axpy(
-                tables=[ct.data], scales=[tf.zeros([0])], ids=[ids],
-                bag_splits=[segment_ids], weights=[tf.zeros([0])],
-                num_bags=[num_bags], row_formats=["int4_rowwise"], dims=[5],
-                combiners=["mean"], bag_kinds=["segment_ids"], num_outputs=1)[0]
+            return raw_batched([table_feature(ct, ids, "segment_ids", segment_ids,
+                                              num_bags=num_bags,
+                                              combiner="mean")])[0]
 
         ids = np.array([4, 5, 6, 7], np.int64)
-        for segment_ids in ([0, 0, 3, 3], [2, 2, 2, 2], [0, 1, 2, 3]):
-            for dtype in (np.int32, np.int64):
-                got = batched(ids, np.array(segment_ids, dtype), dtype(-1))
-                self.assertAllEqual(got, tfce.fused_decode_axpy(
-                    ct, ids, segment_ids, combiner="mean"))
-        empty = batched(np.zeros([0], np.int64), np.zeros([0], np.int64),
-                        np.int64(-1))
-        self.assertEqual(empty.shape, (0, 5))
-        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
-                                    r"feature 0: segment_ids\[0\] = -3 is not in "
-                                    r"\[0, 0\)"):
-            batched(ids[:1], np.array([-3], np.int64), np.int64(-1))
+        for count in (ROWS_OF_BAGS, ROWS_WITH_IDS):
+            for segment_ids in ([0, 0, 3, 3], [2, 2, 2, 2], [0, 1, 2, 3]):
+                for dtype in (np.int32, np.int64):
+                    got = batched(ids, np.array(segment_ids, dtype), count)
+                    self.assertAllEqual(got, tfce.fused_decode_axpy(
+                        ct, ids, segment_ids, combiner="mean"))
+            empty = batched(np.zeros([0], np.int64), np.zeros([0], np.int64),
+                            count)
+            self.assertEqual(empty.shape, (0, 5))
+            with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                        r"feature 0: segment_ids\[0\] = -3 is "
+                                        r"not in \[0, 0\)"):
+                batched(ids[:1], np.array([-3], np.int64), count)
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.int64)] * 2)
         def graph(i, s):
-            return batched(i, s, tf.constant(-1, tf.int64))
+            return batched(i, s, ROWS_OF_BAGS)
 
         self.assertEqual(graph.get_concrete_function().structured_outputs
                          .shape.as_list(), [None, 5])
         self.assertAllEqual(graph(ids, np.array([0, 0, 3, 3])),
-                            batched(ids, np.array([0, 0, 3, 3]), np.int64(-1)))
+                            batched(ids, np.array([0, 0, 3, 3]), ROWS_OF_BAGS))
 
 
-    def matrix_kind(self, ct, ids, kind, num_bags=-1, weights=None,
+    def matrix_kind(self, ct, ids, kind, num_bags=ROWS_OF_BAGS, weights=None,
                     combiner="sum"):
         """The raw op on one 'dense' or 'padded' feature."""
-        table = _table_inputs(ct)
-        return _loader.ops().batched_fused_decode_axpy(
-            tables=[table["table"]], scales=[table["scales"]], ids=[ids],
-            bag_splits=[tf.zeros([0], tf.int64)],
-            weights=[tf.zeros([0]) if weights is None else weights],
-            num_bags=[np.int64(num_bags)],
-            row_formats=[table.get("row_format", "plain")],
-            dims=[table.get("dim", -1)], combiners=[combiner],
-            bag_kinds=[kind], num_outputs=1)[0]
+        if isinstance(num_bags, int):
+            num_bags = np.int64(num_bags)
+        return raw_batched([table_feature(ct, ids, kind, weights=weights,
+                                          num_bags=num_bags,
+                                          combiner=combiner)])[0]
 
     @parameterized.product(fmt=FORMATS, id_dtype=(np.int32, np.int64))
     def test_dense_rows_are_bags(self, fmt, id_dtype):
@@ -286,7 +275,7 @@ class BatchedValuesTest(tf.test.TestCase, parameterized.TestCase):
         ids = rng.integers(0, 40, (6, 5)).astype(id_dtype)
         weights = rng.uniform(0.5, 1.5, (6, 5)).astype(np.float32)
         segment_ids = np.repeat(np.arange(6), 5)
-        for num_bags in (-1, 6):
+        for num_bags in (ROWS_OF_BAGS, ROWS_WITH_IDS, 6):
             got = self.matrix_kind(ct, ids, "dense", num_bags, weights, "sqrtn")
             self.assertAllEqual(got, tfce.fused_decode_axpy(
                 ct, ids.reshape(-1), segment_ids, weights.reshape(-1),
@@ -298,67 +287,68 @@ class BatchedValuesTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.parameters(*FORMATS)
     def test_padded_rows_count_as_sparse_segment_ops_do(self, fmt):
-        # -2: the last row with an id + 1, as a SparseSegment* op pools the
-        # SparseTensor of tf.where(ids >= 0); -1: every row of ids; a larger
-        # num_bags adds empty bags.
+        # rows_with_ids: the last row with an id + 1, as a SparseSegment* op
+        # pools the SparseTensor of tf.where(ids >= 0); rows_of_bags: every
+        # row of ids; a larger num_bags adds empty bags.
         rng = np.random.default_rng(30)
         ct = tfce.quantize(reference.random_table(rng, 40, 6), fmt)
         ids = np.array([[-1, 3, -7, 4], [-1] * 4, [0, -1, 39, 39],
                         [-1] * 4, [-2] * 4], np.int64)
         where = tf.where(ids >= 0)
         values, segment_ids = tf.gather_nd(ids, where), where[:, 0]
-        for num_bags, rows in ((-2, None), (-1, 5), (8, 8)):
+        for num_bags, rows in ((ROWS_WITH_IDS, None), (ROWS_OF_BAGS, 5), (8, 8)):
             got = self.matrix_kind(ct, ids, "padded", num_bags, combiner="mean")
             self.assertAllEqual(got, tfce.fused_decode_axpy(
                 ct, values, segment_ids, combiner="mean", num_segments=rows))
         self.assertEqual(got.shape, (8, 6))
         self.assertEqual(self.matrix_kind(ct, np.full((4, 2), -1), "padded",
-                                          -2).shape, (0, 6))
+                                          ROWS_WITH_IDS).shape, (0, 6))
 
         @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64)])
         def graph(ids):
-            return [self.matrix_kind(ct, ids, "padded", -2, combiner="mean"),
-                    self.matrix_kind(ct, tf.maximum(ids, 0), "dense", -2)]
+            return [self.matrix_kind(ct, ids, "padded", ROWS_WITH_IDS,
+                                     combiner="mean"),
+                    self.matrix_kind(ct, tf.maximum(ids, 0), "dense",
+                                     ROWS_WITH_IDS)]
 
         shapes = [o.shape.as_list()
                   for o in graph.get_concrete_function().structured_outputs]
         self.assertEqual(shapes, [[None, 6], [None, 6]])
         self.assertAllEqual(graph(ids)[0], got[:3])
 
-    def test_row_splits_minus_two_drops_trailing_empty_rows(self):
+    def test_row_splits_rows_with_ids_drops_trailing_empty_rows(self):
         # What tf.nn.embedding_lookup_sparse of a RaggedTensor outputs.
         rng = np.random.default_rng(31)
         ct = tfce.quantize(reference.random_table(rng, 40, 5), "int8")
-        table = _table_inputs(ct)
         for lengths in ([2, 0, 3, 0, 0], [0, 0], [1], []):
             ragged = tf.RaggedTensor.from_row_lengths(
                 rng.integers(0, 40, sum(lengths)), lengths)
-            got = _loader.ops().batched_fused_decode_axpy(
-                tables=[table["table"]], scales=[table["scales"]],
-                ids=[ragged.flat_values], bag_splits=[ragged.row_splits],
-                weights=[tf.zeros([0])], num_bags=[np.int64(-2)],
-                row_formats=[table["row_format"]], dims=[table["dim"]],
-                combiners=["sqrtn"], bag_kinds=["row_splits"],
-                num_outputs=1)[0]
+            got = raw_batched([table_feature(
+                ct, ragged.flat_values, "row_splits", ragged.row_splits,
+                num_bags=ROWS_WITH_IDS, combiner="sqrtn")])[0]
             self.assertAllEqual(got, tfce.fused_decode_axpy(
                 ct, ragged.flat_values, ragged.value_rowids(), combiner="sqrtn"))
             if sum(lengths):
                 self.assertEqual(got.shape, tf.nn.embedding_lookup_sparse(
                     ct.dequantize(), ragged, None, combiner="sqrtn").shape)
 
+def table_feature(ct, ids, kind, bag_splits=None, weights=None,
+                  num_bags=ROWS_OF_BAGS, combiner="sum"):
+    """A dict of raw_batched's for one feature over CompressedTable `ct`."""
+    table = _table_inputs(ct)
+    row_format = table.get("row_format", "plain")
+    has_scales = _batched_inputs.has_scales(table["table"].dtype.name, row_format)
+    return dict(table=table["table"], scales=table["scales"] if has_scales else None,
+                ids=ids, bag_splits=bag_splits, weights=weights,
+                num_bags=num_bags, row_format=row_format,
+                dim=table.get("dim", -1), combiner=combiner, bag_kind=kind)
+
+
 def raw_batched(features, concat=False, names=(), **overrides):
-    """The raw op on `features`: dicts with table, scales, ids, bag_splits,
-    weights, num_bags and the attrs row_format, dim, combiner, bag_kind."""
-    lists = {key: [f[key] for f in features]
-             for key in ("table", "scales", "ids", "bag_splits", "weights",
-                         "num_bags", "row_format", "dim", "combiner",
-                         "bag_kind")}
-    args = dict(tables=lists["table"], scales=lists["scales"],
-                ids=lists["ids"], bag_splits=lists["bag_splits"],
-                weights=lists["weights"], num_bags=lists["num_bags"],
-                row_formats=lists["row_format"], dims=lists["dim"],
-                combiners=lists["combiner"], bag_kinds=lists["bag_kind"],
-                concat=concat, num_outputs=1 if concat else len(features),
+    """The raw op on `features`: dicts of _batched_inputs.Feature's fields
+    (None: no such input), laid out as the wrappers lay them out."""
+    args = _batched_inputs.layout([_batched_inputs.Feature(**f) for f in features])
+    args.update(concat=concat, num_outputs=1 if concat else len(features),
                 feature_names=list(names))
     args.update(overrides)
     return _loader.ops().batched_fused_decode_axpy(**args)
@@ -371,11 +361,14 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
     def feature(self, fmt="int8", rows=10, dim=4, ids=(1, 2), splits=(0, 0),
                 kind="segment_ids", num_bags=2, weights=None):
         data, scales = quantization.encode(np.ones((rows, dim), np.float32), fmt)
-        return dict(table=data, scales=scales, ids=np.array(ids, np.int64),
-                    bag_splits=np.array(splits, np.int64),
-                    weights=(np.zeros([0], np.float32) if weights is None
+        return dict(table=data, scales=scales if fmt == "int8_split" else None,
+                    ids=np.array(ids, np.int64),
+                    bag_splits=(None if splits is None
+                                else np.array(splits, np.int64)),
+                    weights=(None if weights is None
                              else np.asarray(weights, np.float32)),
-                    num_bags=np.int64(num_bags),
+                    num_bags=(num_bags if isinstance(num_bags, str)
+                              else np.int64(num_bags)),
                     row_format=quantization.op_row_format(fmt),
                     dim=dim if fmt in quantization.ROWWISE_FORMATS else -1,
                     combiner="sum", bag_kind=kind)
@@ -383,15 +376,16 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
     def assert_invalid(self, pattern, features, concat=False, names=()):
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, pattern):
             raw_batched(features, concat, names)
-        tensors = [{k: tf.constant(v) if isinstance(v, np.ndarray | np.generic)
-                    else v for k, v in f.items()} for f in features]
-        keys = [k for k, v in features[0].items() if isinstance(v, np.ndarray | np.generic)]
-        flat = [t[k] for t in tensors for k in keys]
+        # The same inputs as placeholders of unknown shape.
+        arrays = [(f, k) for f, feature in enumerate(features)
+                  for k, v in feature.items() if isinstance(v, np.ndarray | np.generic)]
+        flat = [tf.constant(features[f][k]) for f, k in arrays]
 
         @tf.function(input_signature=[tf.TensorSpec(None, a.dtype) for a in flat])
         def graph(*a):
-            it = iter(a)
-            fs = [dict(f, **{k: next(it) for k in keys}) for f in features]
+            fs = [dict(f) for f in features]
+            for (f, k), placeholder in zip(arrays, a):
+                fs[f][k] = placeholder
             return raw_batched(fs, concat, names)
 
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, pattern):
@@ -408,23 +402,19 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
             r"feature 1 \('item'\): ids\[1\] = 10 \(in segment 1\)",
             [good, bad], names=("user", "item"))
         ragged = self.feature(fmt, ids=(-1, 1), splits=(0, 2), kind="row_splits",
-                              num_bags=-1)
+                              num_bags=ROWS_OF_BAGS)
         self.assert_invalid(r"feature 0: ids\[0\] = -1 is not in \[0, 10\)",
                             [ragged, bad])
 
     def test_dense_and_padded_bag_kinds(self):
         def matrix(kind, ids=((1, 2), (3, -1)), **kw):
-            return self.feature(ids=ids, splits=(), kind=kind, **kw)
+            return self.feature(ids=ids, splits=None, kind=kind, **kw)
 
         for kind in ("dense", "padded"):
             self.assert_invalid(
                 rf"feature 1: ids must be a matrix \[rows, width\] \(bag kind "
                 rf"'{kind}'\), but has shape \[2\]",
-                [self.feature(), self.feature(splits=(), kind=kind)])
-            self.assert_invalid(
-                rf"feature 0: bag_splits must be empty, shape \[0\], for bag "
-                rf"kind '{kind}'",
-                [dict(matrix(kind), bag_splits=np.zeros(2, np.int64))])
+                [self.feature(), self.feature(splits=None, kind=kind)])
             self.assert_invalid(
                 r"feature 0: weights must have the shape of ids, \[2,2\], or "
                 r"\[0\] \(unweighted\), but has shape \[4\]",
@@ -433,11 +423,14 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
                                 [matrix(kind, ids=((1, 10), (3, 4)))])
         self.assert_invalid(r"feature 0: ids\[1,1\] = -1 is not in \[0, 10\)",
                             [matrix("dense")])
-        self.assert_invalid(r"feature 0: num_bags = 3 but ids has 2 rows: pass "
-                            r"-1, -2 or 2", [matrix("dense", num_bags=3)])
+        self.assert_invalid(r"feature 0: num_bags = 3 but ids has 2 rows: give "
+                            r"2, or let the op count them \(bag_counts "
+                            r"'rows_of_bags' or 'rows_with_ids'\)",
+                            [matrix("dense", num_bags=3)])
         self.assert_invalid(r"feature 0: num_bags = 1 but row 1 of ids holds "
-                            r"ids: pass -1 \(ids' rows\), -2 \(the last row "
-                            r"holding an id \+ 1\) or at least 2",
+                            r"ids: give at least 2, or let the op count them "
+                            r"\(bag_counts 'rows_of_bags': ids' rows; "
+                            r"'rows_with_ids': the last row holding an id \+ 1\)",
                             [matrix("padded", num_bags=1)])
         self.assert_invalid(r"feature 0: num_bags = -3 must be >= 0",
                             [matrix("padded", num_bags=-3)])
@@ -458,7 +451,7 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
                             [self.feature(splits=[[0, 0]])])
 
     def test_row_splits(self):
-        def ragged(splits, num_bags=-1, ids=(1, 2)):
+        def ragged(splits, num_bags=ROWS_OF_BAGS, ids=(1, 2)):
             return self.feature(ids=ids, splits=splits, kind="row_splits",
                                 num_bags=num_bags)
         self.assert_invalid(r"feature 1: row_splits\[0\] = 1 must be 0",
@@ -471,12 +464,15 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
         self.assert_invalid(r"feature 0: row_splits must have at least one",
                             [ragged(np.zeros([0], np.int64), ids=())])
         self.assert_invalid(r"feature 0: num_bags = 3 but row_splits has 2 "
-                            r"elements, so 1 rows", [ragged((0, 2), num_bags=3)])
-        # -2 drops trailing empty rows, but every split is still checked.
+                            r"elements, so 1 rows: give their number, or let "
+                            r"the op count them", [ragged((0, 2), num_bags=3)])
+        # rows_with_ids drops trailing empty rows, but every split is still
+        # checked.
         self.assert_invalid(r"feature 0: row_splits are not sorted",
-                            [ragged((0, 2, 1, 2), num_bags=-2)])
+                            [ragged((0, 2, 1, 2), num_bags=ROWS_WITH_IDS)])
         self.assert_invalid(r"feature 0: row_splits\[2\] = 3 must be the "
-                            r"number of ids, 2", [ragged((0, 2, 3), num_bags=-2)])
+                            r"number of ids, 2",
+                            [ragged((0, 2, 3), num_bags=ROWS_WITH_IDS)])
         self.assert_invalid(r"feature 0: row_splits must be a vector",
                             [ragged([[0, 2]])])
 
@@ -497,9 +493,6 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
         f["scales"] = np.ones(3, np.float32)
         self.assert_invalid(r"feature 0: scales must have one float32 per "
                             r"table row", [f])
-        g = self.feature("int8")
-        g["scales"] = np.ones(10, np.float32)
-        self.assert_invalid(r"feature 1: scales must be empty", [self.feature(), g])
         h = self.feature("int4", dim=5)
         h["table"] = h["table"][:, :-1]
         self.assert_invalid(r"feature 0: table must have shape \[rows, 7\]", [h])
@@ -537,8 +530,24 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
              r"feature 0: a table of row_format 'int4_rowwise' must be uint8"),
             ({"ids": [np.zeros(1, np.int64)] * 2},
              r"attr Tids \(the ids inputs\) must have one entry per feature"),
+            ({"bag_counts": ["all"]},
+             r"feature 0: bag_counts must be 'given', 'rows_of_bags' or "
+             r"'rows_with_ids', got 'all'"),
+            ({"weighted": [False, False]},
+             r"attr weighted must have one entry per feature"),
+            # Each input list holds exactly the inputs its features need.
             ({"num_bags": [np.int64(1)] * 3},
-             r"attr Tnum_bags \(the num_bags inputs\) must have one entry"),
+             r"attr Tnum_bags \(the num_bags inputs\): one per feature whose "
+             r"bag_counts is 'given': 1 for these features, but has 3"),
+            ({"scales": []},
+             r"attr num_scales \(the scales inputs\): one per 'plain' int8 "
+             r"table: 1 for these features, but has 0"),
+            ({"bag_kinds": ["dense"]},
+             r"attr Tsplits \(the bag_splits inputs\): one per 'segment_ids' "
+             r"or 'row_splits' feature: 0 for these features, but has 1"),
+            ({"weights": [np.ones(2, np.float32)]},
+             r"attr num_weights \(the weights inputs\): one per weighted "
+             r"feature: 0 for these features, but has 1"),
         ]
         for overrides, pattern in cases:
             with self.subTest(attr=", ".join(overrides)):
