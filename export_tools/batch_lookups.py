@@ -20,7 +20,8 @@ A lookup whose row count the rewrite computed as the last segment id + 1
 those rows itself (bag count 'rows_with_ids'), and the three nodes per
 lookup that computed them are pruned. The node has only the inputs each
 lookup needs (tf_compressed_embedding/_batched_inputs.py): no empty scales,
-weights or splits, no row count it counts itself.
+weights or splits, no row count it counts itself, and each table as its
+variable's handle, which the op reads (no ReadVariableOp node per table).
 
 The batched op also absorbs the id preprocessing of unweighted lookups
 whose bags it can take as they come (bag_sources.py), so those nodes are
@@ -124,7 +125,7 @@ def _merge(editor, names, kept, feature_names, emitter):
         row_format = node.attr["row_format"].s if "row_format" in node.attr else b"plain"
         table_type = node.attr["T"].type
         features.append(_batched_inputs.Feature(
-            table=(inputs["table"][k], table_type), ids=ids,
+            table=_table_operand(editor, inputs["table"][k], table_type), ids=ids,
             bag_kind=kind.decode(), row_format=row_format.decode(),
             dim=node.attr["dim"].i if "dim" in node.attr else -1,
             combiner=(node.attr["combiner"].s if "combiner" in node.attr
@@ -135,7 +136,7 @@ def _merge(editor, names, kept, feature_names, emitter):
             bag_splits=splits,
             weights=(None if unweighted(editor, inputs["weights"][k])
                      else (inputs["weights"][k], tf.float32.as_datatype_enum)),
-            num_bags=num_bags))
+            num_bags=num_bags, table_dtype=table_type))
     args = _batched_inputs.layout(features)
     controls = sorted({i for n in nodes for i in n.input[len(_INPUTS):]})
     name = editor.unique_name("tfce_batched_lookup")
@@ -153,7 +154,9 @@ def _merge(editor, names, kept, feature_names, emitter):
         name, BATCHED_OP,
         [t for key in _batched_inputs.INPUT_LISTS for t in names_of(key)]
         + controls,
-        Ttables=types_of("tables"), num_scales=len(args["scales"]),
+        Ttables=types_of("tables"),
+        table_dtypes=_list_attr(args["table_dtypes"], "type"),
+        num_scales=len(args["scales"]),
         Tids=types_of("ids"), Tsplits=types_of("bag_splits"),
         num_weights=len(args["weights"]), Tnum_bags=types_of("num_bags"),
         row_formats=strings("row_formats"), dims=_list_attr(args["dims"], "i"),
@@ -181,6 +184,61 @@ def _merge(editor, names, kept, feature_names, emitter):
             editor.add(old, "Identity", [outputs[old]], T=tf.float32)
     _dedupe_control_inputs(editor)
     return name
+
+
+def release_table_reads(editor, merged):
+    """For a pruned graph: a table read that a batched node made redundant
+    (it reads the variable from its handle) may still be kept by control
+    edges, since a function's control outputs hold every read. Those edges
+    go to the batched node instead, so the next prune drops the read rather
+    than it running on every call. `merged`: batch_pooled_lookups' result."""
+    resource = tf.resource.as_datatype_enum
+    for name, _ in merged:
+        node = editor.nodes[name]
+        types = node.attr["Ttables"].list.type
+        handles = {node_name(t) for t, dtype in zip(node.input[:len(types)], types)
+                   if dtype == resource}
+        reads = {n.name for n in editor.graph_def.node
+                 if n.op == "ReadVariableOp" and node_name(n.input[0]) in handles}
+        _move_read_controls(editor, name, reads)
+    _dedupe_control_inputs(editor)
+    editor._reindex()  # noqa: SLF001 - inputs were rewired in place
+
+
+def _move_read_controls(editor, batched, reads):
+    """Control edges on those `reads` that nothing reads as data go to the
+    `batched` node. Edges from the batched node's own ancestors stay
+    (moving them would make a cycle)."""
+    data_users = {node_name(i) for n in editor.graph_def.node for i in n.input
+                  if not i.startswith("^")}
+    unused = {r for r in reads if r not in data_users}
+    if not unused:
+        return
+    by_name = {n.name: n for n in editor.graph_def.node}
+    ancestors, stack = set(), [batched]
+    while stack:
+        current = stack.pop()
+        if current in ancestors or current not in by_name:
+            continue
+        ancestors.add(current)
+        stack.extend(node_name(i) for i in by_name[current].input)
+    for node in editor.graph_def.node:
+        if node.name in ancestors:
+            continue
+        for pos, inp in enumerate(node.input):
+            if inp.startswith("^") and inp[1:] in unused:
+                node.input[pos] = "^" + batched
+
+
+def _table_operand(editor, table, dtype):
+    """(tensor, dtype enum) the batched node takes for a lookup's `table`:
+    the variable's handle when the table is a ReadVariableOp's value (the
+    op reads it, and the read node is pruned when nothing else uses it),
+    else the table itself."""
+    read = editor.node(table)
+    if read.op == "ReadVariableOp" and output_index(table) == 0:
+        return read.input[0], tf.resource.as_datatype_enum
+    return table, dtype
 
 
 def _output_type(editor, emitter, tensor):

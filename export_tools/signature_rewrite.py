@@ -13,7 +13,7 @@ import dataclasses
 import tensorflow as tf
 from tensorflow.python.framework import convert_to_constants
 
-from export_tools.batch_lookups import BATCHED_OP, batch_pooled_lookups
+from export_tools.batch_lookups import BATCHED_OP, batch_pooled_lookups, release_table_reads
 from export_tools.errors import ExportError, tf_error_message
 from export_tools.graph_edit import GraphEditor, infer_shapes, node_name
 from export_tools.lookup_emit import Emitter
@@ -165,6 +165,7 @@ def rewrite(analysis, chosen, formats, ops, batch=True):
         table = emitter.add_table(placeholder, formats[uid],
                                   analysis.locations[placeholder].shape[1])
         reads[table.data_read] = uid
+        reads[table.data_placeholder] = uid  # what a batched node takes
         table_names[table.data_read] = analysis.locations[placeholder].name
         bindings[table.data_placeholder] = ("table", uid, "data")
         if table.scales_placeholder:
@@ -187,6 +188,9 @@ def rewrite(analysis, chosen, formats, ops, batch=True):
     if ops == "fused" and batch:
         batched = batch_pooled_lookups(editor, keep, table_names, emitter)
     editor.prune(keep)
+    if batched:
+        release_table_reads(editor, batched)
+        editor.prune(keep)
     editor.strip_shape_attrs()
     for placeholder in chosen:
         if placeholder in editor.nodes:

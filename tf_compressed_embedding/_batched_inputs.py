@@ -5,7 +5,9 @@ is an edge TensorFlow's executor pays on every call: scales if its table is
 'plain' int8, bag splits if its bags are 'segment_ids' or 'row_splits',
 weights if it is weighted, num_bags if its row count is given rather than
 counted by the op. Each of the op's input lists holds those inputs in
-feature order, and attrs say which feature has which.
+feature order, and attrs say which feature has which. A table may be a
+resource variable's handle, which the op reads itself: no ReadVariableOp
+(nor, in a tf.function, DisableCopyOnRead) node per table and call.
 
 :func:`layout` turns one :class:`Feature` per feature into the op's
 arguments; :func:`features_of` reads them back from a node. The Python
@@ -13,6 +15,8 @@ wrapper, the export tool (whose values are tensor names), the gradient and
 the tests all go through these two.
 """
 import dataclasses
+
+import tensorflow as tf
 
 # bag_counts: the row count is the feature's num_bags input, the rows of its
 # bag structure, or the last row holding an id + 1 (what SparseSegment* ops
@@ -35,8 +39,9 @@ class Feature:
     """One feature of a batched call. Values are what the caller lays out:
     tensors, or the export tool's tensor names.
 
-    scales: None for a table that has none (every table but a 'plain' int8
-      one). bag_splits: segment ids or row splits; None for 'dense' and
+    table: a tensor, or a resource variable's handle (then table_dtype is
+      its dtype). scales: None for a table that has none (every table but a
+      'plain' int8 one). bag_splits: segment ids or row splits; None for 'dense' and
       'padded' bags. weights: None when unweighted. num_bags: the row
       count, or ROWS_OF_BAGS / ROWS_WITH_IDS for the op to count them.
     """
@@ -50,6 +55,7 @@ class Feature:
     bag_splits: object = None
     weights: object = None
     num_bags: object = ROWS_OF_BAGS
+    table_dtype: object = None
 
 
 def bag_count(num_bags):
@@ -63,8 +69,16 @@ def layout(features):
     """The op's input lists and per-feature attrs for `features`, as a dict
     of its argument names (the caller adds concat, num_outputs and
     feature_names). A Feature whose bag_splits does not fit its bag kind is
-    laid out as given: the op names the mismatch."""
+    laid out as given: the op names the mismatch. table_dtypes is set when
+    any feature has a table_dtype, and then every feature must have one."""
+    features = list(features)
     args = {key: [] for key in INPUT_LISTS + FEATURE_ATTRS}
+    given_dtypes = [f.table_dtype is not None for f in features]
+    if any(given_dtypes):
+        if not all(given_dtypes):
+            raise ValueError("table_dtype must be given for every feature or "
+                             "for none")
+        args["table_dtypes"] = [f.table_dtype for f in features]
     for f in features:
         args["tables"].append(f.table)
         if f.scales is not None:
@@ -107,7 +121,8 @@ def features_of(op):
     def strings(attr):
         return [s.decode() for s in op.get_attr(attr)]
 
-    dtypes = [t.name for t in op.get_attr("Ttables")]
+    dtypes = [t.name for t in op.get_attr("table_dtypes") or op.get_attr("Ttables")]
+    handles = [t == tf.resource for t in op.get_attr("Ttables")]
     row_formats, kinds = strings("row_formats"), strings("bag_kinds")
     counts, weighted = strings("bag_counts"), op.get_attr("weighted")
     features = []
@@ -123,5 +138,23 @@ def features_of(op):
                         else None),
             weights=next(lists["weights"]) if weighted[f] else None,
             num_bags=(next(lists["num_bags"]) if counts[f] == GIVEN
-                      else counts[f])))
+                      else counts[f]),
+            table_dtype=tf.as_dtype(dtypes[f]) if handles[f] else None))
     return features
+
+
+def read_table(feature):
+    """The feature's table as a tensor (a handle read once more)."""
+    if feature.table_dtype is None:
+        return feature.table
+    return tf.raw_ops.ReadVariableOp(resource=feature.table,
+                                     dtype=feature.table_dtype)
+
+
+def register_table_reads():
+    """Tells tf.function's automatic control dependencies that the batched
+    op only reads the variables whose handles it takes, as ReadVariableOp
+    does, so calls that read the same tables are not chained one after
+    another (docs/compatibility.md lists this private API)."""
+    from tensorflow.python.framework import auto_control_deps_utils
+    auto_control_deps_utils.register_read_only_resource_op("BatchedFusedDecodeAxpy")

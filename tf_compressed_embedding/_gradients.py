@@ -86,7 +86,8 @@ def _batched_fused_decode_axpy_grad(op, *grads):
         if not concat:
             outputs.append((op.outputs[f], grads[f]))
             continue
-        width = feature.dim if feature.dim >= 0 else tf.shape(feature.table)[1]
+        width = (feature.dim if feature.dim >= 0
+                 else tf.shape(_batched_inputs.read_table(feature))[1])
         cols = slice(column, column + width)
         outputs.append((op.outputs[0][:, cols],
                         None if grads[0] is None else grads[0][:, cols]))
@@ -108,7 +109,7 @@ def _batched_fused_decode_axpy_grad(op, *grads):
 
         def lookup():
             return _ops_module.compressed_embedding_lookup(
-                table=feature.table,
+                table=_batched_inputs.read_table(feature),
                 scales=(tf.zeros([0]) if feature.scales is None
                         else feature.scales),
                 ids=flat_ids, row_format=feature.row_format, dim=feature.dim)

@@ -102,8 +102,9 @@ def ops():
         with _lock:
             if _ops_module is None:
                 module = _load()
-                from tf_compressed_embedding import _gradients
+                from tf_compressed_embedding import _batched_inputs, _gradients
                 _gradients.register(module)
+                _batched_inputs.register_table_reads()
                 _ops_module = module
     return _ops_module
 

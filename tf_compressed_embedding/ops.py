@@ -24,10 +24,18 @@ def _read(value):
     return no_copy() if no_copy is not None else value
 
 
-def _table_inputs(table):
+def _variable_handle(value):
+    """The handle of a resource variable, else None."""
+    handle = getattr(value, "handle", None) if isinstance(value, tf.Variable) else None
+    return handle if handle is not None and handle.dtype == tf.resource else None
+
+
+def _table_inputs(table, handles=False):
     """The op inputs and attrs of a CompressedTable, or of any object with
     .data and .scales (and .format and .dim for the rowwise formats):
-    {"table": ..., "scales": ..., "row_format": ..., "dim": ...}."""
+    {"table": ..., "scales": ..., "row_format": ..., "dim": ...}. With
+    `handles`, a table held in a resource variable is its handle, for the
+    batched op, which reads it itself, and "table_dtype" says its dtype."""
     try:
         data, scales = table.data, table.scales
     except AttributeError:
@@ -40,7 +48,11 @@ def _table_inputs(table):
             f"a table of uint8 records must say its format and dim (.format, "
             f".dim), as a CompressedTable does; {type(table).__name__} has no "
             f".format")
-    inputs = {"table": _read(data)}
+    handle = _variable_handle(data) if handles else None
+    if handle is None:
+        inputs = {"table": _read(data)}
+    else:
+        inputs = {"table": handle, "table_dtype": tf.as_dtype(data.dtype)}
     if fmt in quantization.ROWWISE_FORMATS:
         inputs.update(row_format=quantization.op_row_format(fmt), dim=int(table.dim))
     if _is_empty_float32(scales):
@@ -394,16 +406,18 @@ def batched_pool(tables, features, combiners, concat=False, feature_names=None):
     `tables` with `combiners` (a list, checked); the outputs as
     :func:`batched_embedding_lookup_sparse` returns them. A table that
     features share is read once; the node has only the inputs each feature
-    needs (_batched_inputs)."""
+    needs (_batched_inputs), and reads the tables held in variables itself.
+    """
     table_inputs = {}
     op_features = []
     for table, bags, combiner in zip(tables, features, combiners):
         if id(table) not in table_inputs:
-            table_inputs[id(table)] = _table_inputs(table)
+            table_inputs[id(table)] = _table_inputs(table, handles=True)
         inputs = table_inputs[id(table)]
+        table_dtype = inputs.get("table_dtype", inputs["table"].dtype)
         row_format = inputs.get("row_format", "plain")
         scales = inputs["scales"]
-        if (not _batched_inputs.has_scales(inputs["table"].dtype.name, row_format)
+        if (not _batched_inputs.has_scales(table_dtype.name, row_format)
                 and _is_empty_float32(scales)):
             scales = None  # a bad non-empty one goes to the op, which names it
         op_features.append(_batched_inputs.Feature(
@@ -412,7 +426,8 @@ def batched_pool(tables, features, combiners, concat=False, feature_names=None):
             combiner=combiner, scales=scales, bag_splits=bags.splits,
             weights=bags.weights,
             num_bags=(_batched_inputs.ROWS_OF_BAGS if bags.num_bags is None
-                      else bags.num_bags)))
+                      else bags.num_bags),
+            table_dtype=table_dtype))
     outputs = _op_library().batched_fused_decode_axpy(
         **_batched_inputs.layout(op_features), concat=bool(concat),
         num_outputs=1 if concat else len(features),

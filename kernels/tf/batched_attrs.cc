@@ -7,6 +7,7 @@
 #include "kernels/tf/bag_inputs.h"
 #include "kernels/tf/op_util.h"
 #include "kernels/tf/table_format.h"
+#include "tensorflow/core/framework/types.h"
 
 namespace tfce {
 
@@ -69,6 +70,8 @@ int64_t BatchedAttrs::InputIndex(BatchedInput list, int64_t f) const {
 absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
                                int64_t num_outputs,
                                const std::vector<tensorflow::DataType>& dtypes,
+                               const std::vector<tensorflow::DataType>&
+                                   table_dtypes,
                                const InputListSizes& input_lists,
                                const std::vector<std::string>& row_formats,
                                const std::vector<int64_t>& dims,
@@ -96,6 +99,12 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
                              n, "), but has ", size);
     }
   }
+  if (!table_dtypes.empty() && static_cast<int64_t>(table_dtypes.size()) != n) {
+    return InvalidArgument(
+        "attr table_dtypes must be empty (every table a tensor) or have one "
+        "entry per feature (N = ",
+        n, "), but has ", table_dtypes.size());
+  }
   if (!names.empty() && static_cast<int64_t>(names.size()) != n) {
     return InvalidArgument(
         "attr feature_names must be empty or have one "
@@ -114,6 +123,8 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
   attrs->names = names;
   attrs->dims = dims;
   attrs->storages.assign(n, Storage::kInt8Split);
+  attrs->table_is_handle.assign(n, false);
+  attrs->table_dtypes = dtypes;
   attrs->combiners.assign(n, Combiner::kSum);
   attrs->bag_kinds.assign(n, BagKind::kSegmentIds);
   attrs->bag_counts.assign(n, BagCount::kGiven);
@@ -128,9 +139,25 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
     // its kernel reads the table format.
     TF_RETURN_IF_ERROR(
         attrs->Labeled(f, ParseCombiner(combiners[f], &attrs->combiners[f])));
+    attrs->table_is_handle[f] = dtypes[f] == tensorflow::DT_RESOURCE;
+    tensorflow::DataType table_dtype = dtypes[f];
+    if (!table_dtypes.empty()) {
+      table_dtype = table_dtypes[f];
+      if (!attrs->table_is_handle[f] && dtypes[f] != table_dtype) {
+        return attrs->Labeled(
+            f, InvalidArgument("table is ", tensorflow::DataTypeString(dtypes[f]),
+                               " but table_dtypes says ",
+                               tensorflow::DataTypeString(table_dtype)));
+      }
+    } else if (attrs->table_is_handle[f]) {
+      return attrs->Labeled(
+          f, InvalidArgument("a table given as a resource variable needs "
+                             "its dtype in attr table_dtypes"));
+    }
+    attrs->table_dtypes[f] = table_dtype;
     TF_RETURN_IF_ERROR(
-        attrs->Labeled(f, ParseTableFormat(dtypes[f], row_formats[f], dims[f],
-                                           &attrs->storages[f])));
+        attrs->Labeled(f, ParseTableFormat(table_dtype, row_formats[f],
+                                           dims[f], &attrs->storages[f])));
     TF_RETURN_IF_ERROR(
         attrs->Labeled(f, ParseBagKind(bag_kinds[f], &attrs->bag_kinds[f])));
     TF_RETURN_IF_ERROR(attrs->Labeled(

@@ -44,6 +44,10 @@ struct BatchedAttrs {
   int64_t num_features = 0;  // N, the number of tables
   bool concat = false;
   std::vector<Storage> storages;
+  // Whether feature f's table input is a resource variable's handle, read
+  // by the op itself (no ReadVariableOp node per table and call).
+  std::vector<bool> table_is_handle;
+  std::vector<tensorflow::DataType> table_dtypes;  // each table's elements
   std::vector<int64_t> dims;  // the dims attr: D of rowwise tables, else -1
   std::vector<Combiner> combiners;
   std::vector<BagKind> bag_kinds;
@@ -81,9 +85,13 @@ absl::Status ParseBagCount(const std::string& name, BagCount* count);
 // Checks the raw attrs (every per-feature list N long, num_outputs N or 1
 // as concat says, each feature's format, combiner, bag kind and bag count,
 // each input list as long as the features that need it) into *attrs.
+// `dtypes` are the table inputs' (Ttables), `table_dtypes` the tables'
+// element types (empty: the same; required for a resource input).
 absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
                                int64_t num_outputs,
                                const std::vector<tensorflow::DataType>& dtypes,
+                               const std::vector<tensorflow::DataType>&
+                                   table_dtypes,
                                const InputListSizes& input_lists,
                                const std::vector<std::string>& row_formats,
                                const std::vector<int64_t>& dims,
@@ -100,7 +108,8 @@ template <typename Context>
 absl::Status ReadBatchedAttrs(Context* c, BatchedAttrs* attrs) {
   int64_t num_features = 0, num_outputs = 0, num_scales = 0, num_weights = 0;
   bool concat = false;
-  std::vector<tensorflow::DataType> dtypes, ids, splits, num_bags;
+  std::vector<tensorflow::DataType> dtypes, table_dtypes, ids, splits,
+      num_bags;
   std::vector<std::string> row_formats, combiners, bag_kinds, bag_counts,
       names;
   std::vector<int64_t> dims;
@@ -114,6 +123,7 @@ absl::Status ReadBatchedAttrs(Context* c, BatchedAttrs* attrs) {
   TF_RETURN_IF_ERROR(c->GetAttr("num_outputs", &num_outputs));
   TF_RETURN_IF_ERROR(c->GetAttr("Ttables", &dtypes));
   num_features = static_cast<int64_t>(dtypes.size());  // one table each
+  TF_RETURN_IF_ERROR(c->GetAttr("table_dtypes", &table_dtypes));
   TF_RETURN_IF_ERROR(c->GetAttr("row_formats", &row_formats));
   TF_RETURN_IF_ERROR(c->GetAttr("dims", &dims));
   TF_RETURN_IF_ERROR(c->GetAttr("combiners", &combiners));
@@ -125,7 +135,8 @@ absl::Status ReadBatchedAttrs(Context* c, BatchedAttrs* attrs) {
       num_scales, static_cast<int64_t>(ids.size()),
       static_cast<int64_t>(splits.size()), num_weights,
       static_cast<int64_t>(num_bags.size())};
-  return ParseBatchedAttrs(num_features, concat, num_outputs, dtypes, lists,
+  return ParseBatchedAttrs(num_features, concat, num_outputs, dtypes,
+                           table_dtypes, lists,
                            row_formats, dims, combiners, bag_kinds,
                            bag_counts, weighted, names, attrs);
 }

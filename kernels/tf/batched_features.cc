@@ -4,8 +4,11 @@
 #include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/tf/bag_inputs.h"
 #include "kernels/tf/op_util.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 
 namespace tfce {
@@ -182,6 +185,35 @@ absl::Status CheckRowSplits(const BatchedFeature& feature, int64_t* offsets) {
 }
 
 }  // namespace
+
+absl::Status ReadTableVariable(tensorflow::OpKernelContext* ctx, int input,
+                               tensorflow::DataType dtype, Tensor* value) {
+  tensorflow::core::RefCountPtr<tensorflow::Var> variable;
+  const absl::Status found = tensorflow::LookupResource(
+      ctx, tensorflow::HandleFromInput(ctx, input), &variable);
+  if (!found.ok()) {
+    return absl::Status(
+        found.code(),
+        absl::StrCat("table variable not found (create and initialize or "
+                     "restore it before the call): ",
+                     found.message()));
+  }
+  tensorflow::tf_shared_lock lock(*variable->mu());
+  if (!variable->is_initialized) {
+    return absl::FailedPreconditionError(
+        "table variable is not initialized: run its initializer (or restore "
+        "its checkpoint) first");
+  }
+  const Tensor& held = *variable->tensor();
+  if (held.dtype() != dtype) {
+    return InvalidArgument("table variable holds ",
+                           tensorflow::DataTypeString(held.dtype()),
+                           " but attr table_dtypes says ",
+                           tensorflow::DataTypeString(dtype));
+  }
+  *value = held;
+  return absl::OkStatus();
+}
 
 absl::Status ReadFeatureBags(tensorflow::OpKernelContext* ctx, BagCount count,
                              const Tensor* num_bags, BatchedFeature* feature) {

@@ -41,6 +41,13 @@ struct BatchedFeature {
   bool has_work() const { return num_bags > 0 && table.dim > 0; }
 };
 
+// The value of the resource variable whose handle is input `input`: its
+// tensor, sharing the buffer (no copy, whatever its copy-on-read mode), as
+// a dense read of an embedding table does; `dtype` is what it must hold.
+absl::Status ReadTableVariable(tensorflow::OpKernelContext* ctx, int input,
+                               tensorflow::DataType dtype,
+                               tensorflow::Tensor* value);
+
 // Reads the feature's bag inputs: *feature has its table, kind, ids,
 // bag_splits and weights set; checks their shapes and its num_bags input
 // (when `count` is kGiven; else null), sets num_ids and num_bags and, for

@@ -58,11 +58,23 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
       return position < 0 ? absent : &list[static_cast<int>(position)];
     };
     std::vector<BatchedFeature> features(num_features_);
+    // The values of tables given as variable handles, held for the call.
+    std::vector<Tensor> variables(num_features_);
     for (int64_t f = 0; f < num_features_; ++f) {
       BatchedFeature& feature = features[f];
+      const Tensor* table = &tables[static_cast<int>(f)];
+      if (attrs_.table_is_handle[f]) {
+        OP_REQUIRES_OK(
+            ctx, Labeled(f, ReadTableVariable(
+                                ctx,
+                                static_cast<int>(attrs_.InputIndex(
+                                    BatchedInput::kTables, f)),
+                                attrs_.table_dtypes[f], &variables[f])));
+        table = &variables[f];
+      }
       const Tensor* table_scales =
           input(scales, BatchedInput::kScales, f, &no_floats_);
-      OP_REQUIRES_OK(ctx, Labeled(f, MakeTableView(tables[f], *table_scales,
+      OP_REQUIRES_OK(ctx, Labeled(f, MakeTableView(*table, *table_scales,
                                                    attrs_.storages[f],
                                                    attrs_.dims[f],
                                                    &feature.table)));

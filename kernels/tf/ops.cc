@@ -78,8 +78,16 @@ absl::Status BatchedFusedDecodeAxpyShape(InferenceContext* c) {
     const BagKind kind = attrs.bag_kinds[f];
     const BagCount count = attrs.bag_counts[f];
     const bool matrix = kind == BagKind::kDense || kind == BagKind::kPadded;
-    absl::Status status =
-        with_rank(BatchedInput::kTables, f, 2, false, &table);
+    absl::Status status;
+    if (attrs.table_is_handle[f]) {  // the variable's shape, when known
+      const auto* handle = c->input_handle_shapes_and_types(static_cast<int>(
+          attrs.InputIndex(BatchedInput::kTables, f)));
+      table = handle != nullptr && handle->size() == 1 ? (*handle)[0].shape
+                                                       : c->UnknownShape();
+      status = c->WithRank(table, 2, &table);
+    } else {
+      status = with_rank(BatchedInput::kTables, f, 2, false, &table);
+    }
     if (status.ok()) {
       status = with_rank(BatchedInput::kScales, f, 1, false, &scales);
     }
@@ -212,7 +220,8 @@ REGISTER_OP("BatchedFusedDecodeAxpy")
     .Input("weights: num_weights * float")
     .Input("num_bags: Tnum_bags")
     .Output("outputs: num_outputs * float")
-    .Attr("Ttables: list({int8, half, uint8}) >= 1")
+    .Attr("Ttables: list({int8, half, uint8, resource}) >= 1")
+    .Attr("table_dtypes: list({int8, half, uint8}) >= 0 = []")
     .Attr("num_scales: int >= 0 = 0")
     .Attr("Tids: list({int32, int64})")
     .Attr("Tsplits: list({int32, int64}) >= 0 = []")
@@ -262,7 +271,11 @@ Features may share a table (the same tensor passed twice). Errors name the
 feature (and its name, when feature_names gives it).
 
 tables: N tables: [V, D] int8 or half rows (row_formats[f] 'plain'), or
-  uint8 [V, R] records of a rowwise format (as FusedDecodeAxpy's table).
+  uint8 [V, R] records of a rowwise format (as FusedDecodeAxpy's table);
+  each a tensor, or a resource variable's handle that the op reads itself
+  (no ReadVariableOp node per table, and no copy in copy-on-read mode).
+table_dtypes: each table's dtype (needed when a table is a handle), or
+  empty when every table is a tensor.
 scales: the float32 [V] scales of each 'plain' int8 table.
 ids: N id tensors, each id in [0, V) of its table: vectors, or [rows,
   width] matrices for 'dense' and 'padded' features.

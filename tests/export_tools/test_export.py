@@ -361,9 +361,14 @@ def test_batched_node_absorbs_id_preprocessing(tmp_path):
     # Only the inputs these features need: their tables and ids and the
     # ragged ones' row splits; no scales, weights or row counts (counted).
     assert len([i for i in batched[0].input if not i.startswith("^")]) == 4 + 4 + 2
+    # The tables go in as their variables' handles, which the op reads.
+    assert list(batched[0].attr["Ttables"].list.type) == [tf.resource.as_datatype_enum] * 4
     assert set(batched[0].attr["bag_counts"].list.s) <= {b"rows_of_bags", b"rows_with_ids"}
     ops = collections.Counter(n.op for n in nodes[True])
     assert ops["Where"] == ops["GatherNd"] == ops["FloorDiv"] == 0, ops
+    # ... and the four tables' ReadVariableOps are gone.
+    reads = {batch: sum(n.op == "ReadVariableOp" for n in nodes[batch]) for batch in nodes}
+    assert reads[True] == reads[False] - 4, reads
     assert len(nodes[True]) < len(nodes[False]) / 3, (len(nodes[True]), len(nodes[False]))
 
     ragged = tf.ragged.constant([[1, 2], [], [3, 4, 49], [], []], tf.int64)

@@ -4,6 +4,8 @@ the same order), and against the float64 numpy reference; its bad inputs,
 each named with its feature (docs/bad_input_matrix.md, 4d). Runs on the ISA
 row chosen by TFCE_ISA (test_isa.py re-runs this file on every row).
 """
+import dataclasses
+
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
@@ -615,7 +617,10 @@ class BatchedPythonApiTest(tf.test.TestCase):
                                     r"lengths of sp_ids\[0\]"):
             tfce.batched_embedding_lookup_sparse([ct], [ids], [weights])
 
-    def test_one_node_reads_each_table_once(self):
+    def test_one_node_reads_the_table_variables_itself(self):
+        # A CompressedTable's variables go in as their handles: no
+        # ReadVariableOp or DisableCopyOnRead node per table, and a shared
+        # table is one handle.
         cts = [tfce.quantize(np.ones((4, 2), np.float32), fmt)
                for fmt in ("int8", "fp16")]
 
@@ -627,7 +632,98 @@ class BatchedPythonApiTest(tf.test.TestCase):
         graph = f.get_concrete_function().graph
         types = [op.type for op in graph.get_operations()]
         self.assertEqual(types.count("BatchedFusedDecodeAxpy"), 1)
-        self.assertEqual(types.count("ReadVariableOp"), 2)
+        self.assertEqual(types.count("ReadVariableOp"), 0)
+        self.assertEqual(types.count("DisableCopyOnRead"), 0)
+        node = next(op for op in graph.get_operations()
+                    if op.type == "BatchedFusedDecodeAxpy")
+        self.assertEqual([t.dtype for t in node.inputs[:3]], [tf.resource] * 3)
+        self.assertEqual(node.inputs[0].op, node.inputs[2].op)
+        ragged = tf.ragged.constant([[1, 3], [0]], tf.int64)
+        self.assertAllEqual(f(ragged), np.concatenate(
+            [one_by_one(ct, ragged, None, "mean") for ct in
+             (cts[0], cts[1], cts[0])], axis=1))
+
+
+class BatchedVariableTablesTest(tf.test.TestCase, parameterized.TestCase):
+    """Tables given as resource variable handles, which the op reads."""
+
+    def handle_feature(self, handle, dtype, fmt="fp16", ids=(1, 2)):
+        row_format = quantization.op_row_format(fmt)
+        return _batched_inputs.Feature(
+            table=handle, ids=np.array(ids, np.int64), bag_kind="segment_ids",
+            row_format=row_format, bag_splits=np.zeros(len(ids), np.int64),
+            num_bags=np.int64(1), table_dtype=dtype)
+
+    def run_features(self, features, **overrides):
+        args = _batched_inputs.layout(features)
+        args.update(num_outputs=len(features), **overrides)
+        return _loader.ops().batched_fused_decode_axpy(**args)
+
+    @parameterized.parameters(*FORMATS)
+    def test_a_handle_and_its_value_give_the_same_result(self, fmt):
+        rng = np.random.default_rng(42)
+        ct, ids, weights = random_feature(rng, fmt, 13, kind="ragged", weighted=True)
+        handles = tfce.batched_embedding_lookup_sparse([ct], [ids], [weights])[0]
+        values = raw_batched([table_feature(  # the table read into tensors
+            ct, ids.flat_values, "row_splits", ids.row_splits,
+            weights=weights.flat_values, combiner="mean")])[0]
+        self.assertAllEqual(handles, values)
+
+    def test_copy_on_read_variable_is_read_without_a_copy(self):
+        # A gather puts the variable in copy-on-read mode; the op still
+        # reads its current value.
+        rng = np.random.default_rng(43)
+        ct, ids, _ = random_feature(rng, "int8", 6)
+        tf.gather(ct.data, [0])  # ResourceGather: copy-on-read from now on
+        before = tfce.batched_embedding_lookup_sparse([ct], [ids])[0]
+        self.assertAllEqual(before, one_by_one(ct, ids, None, "mean"))
+        ct.data.assign(tf.reverse(ct.data, [0]))
+        after = tfce.batched_embedding_lookup_sparse([ct], [ids])[0]
+        self.assertAllEqual(after, one_by_one(ct, ids, None, "mean"))
+        self.assertNotAllEqual(before, after)
+
+    def test_missing_variable_is_named(self):
+        # A handle to a variable never created (or already deleted).
+        handle = tf.raw_ops.VarHandleOp(dtype=tf.float16, shape=[4, 2],
+                                        shared_name="tfce_never_assigned")
+        with self.assertRaisesRegex(tf.errors.NotFoundError,
+                                    r"feature 0: table variable not found "
+                                    r"\(create and initialize or restore it "
+                                    r"before the call\): .*tfce_never_assigned"):
+            self.run_features([self.handle_feature(handle, tf.float16)])
+
+    def test_variable_of_another_dtype_is_named(self):
+        variable = tf.Variable(np.ones((4, 2), np.float16))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"feature 0: table variable holds half but "
+                                    r"attr table_dtypes says uint8"):
+            self.run_features([self.handle_feature(variable.handle, tf.uint8,
+                                                   fmt="int8")],
+                              dims=[2])
+
+    def test_table_dtypes_attr_errors(self):
+        variable = tf.Variable(np.ones((4, 2), np.float16))
+        feature = self.handle_feature(variable.handle, tf.float16)
+        tensor = self.handle_feature(tf.constant(np.ones((4, 2), np.float16)),
+                                     tf.float16)
+        cases = [
+            ({"table_dtypes": []}, r"feature 0: a table given as a resource "
+                                   r"variable needs its dtype in attr table_dtypes"),
+            ({"table_dtypes": [tf.float16] * 2}, r"attr table_dtypes must be "
+                                                 r"empty \(every table a tensor\) "
+                                                 r"or have one entry per feature"),
+        ]
+        for overrides, pattern in cases:
+            with self.subTest(pattern=pattern):
+                with self.assertRaisesRegex(tf.errors.InvalidArgumentError, pattern):
+                    self.run_features([feature], **overrides)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    r"feature 0: table is half but table_dtypes "
+                                    r"says int8"):
+            self.run_features([tensor], table_dtypes=[tf.int8])
+        with self.assertRaisesRegex(ValueError, "table_dtype must be given for "
+                                                "every feature or for none"):
+            _batched_inputs.layout([feature, dataclasses.replace(tensor, table_dtype=None)])
 
 
 class BatchedGradientTest(tf.test.TestCase, parameterized.TestCase):
