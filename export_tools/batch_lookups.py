@@ -234,9 +234,11 @@ def _table_operand(editor, table, dtype):
     """(tensor, dtype enum) the batched node takes for a lookup's `table`:
     the variable's handle when the table is a ReadVariableOp's value (the
     op reads it, and the read node is pruned when nothing else uses it),
-    else the table itself."""
+    else the table itself. A read ordered after other nodes (control
+    inputs) stays, so that the lookup still sees what they wrote."""
     read = editor.node(table)
-    if read.op == "ReadVariableOp" and output_index(table) == 0:
+    if (read.op == "ReadVariableOp" and output_index(table) == 0
+            and not any(i.startswith("^") for i in read.input)):
         return read.input[0], tf.resource.as_datatype_enum
     return table, dtype
 

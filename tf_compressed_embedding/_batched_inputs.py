@@ -144,11 +144,20 @@ def features_of(op):
 
 
 def read_table(feature):
-    """The feature's table as a tensor (a handle read once more)."""
+    """The feature's table as a tensor: a handle read as the op reads it
+    (copy-on-read mode off, no whole-table copy)."""
     if feature.table_dtype is None:
         return feature.table
-    return tf.raw_ops.ReadVariableOp(resource=feature.table,
-                                     dtype=feature.table_dtype)
+    with tf.control_dependencies([tf.raw_ops.DisableCopyOnRead(resource=feature.table)]):
+        return tf.raw_ops.ReadVariableOp(resource=feature.table,
+                                         dtype=feature.table_dtype)
+
+
+def table_width(feature):
+    """The feature's table's second dimension, without reading a handle."""
+    if feature.table_dtype is None:
+        return tf.shape(feature.table)[1]
+    return tf.raw_ops.VariableShape(input=feature.table)[1]
 
 
 def register_table_reads():

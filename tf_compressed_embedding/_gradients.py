@@ -87,7 +87,7 @@ def _batched_fused_decode_axpy_grad(op, *grads):
             outputs.append((op.outputs[f], grads[f]))
             continue
         width = (feature.dim if feature.dim >= 0
-                 else tf.shape(_batched_inputs.read_table(feature))[1])
+                 else tf.cast(_batched_inputs.table_width(feature), tf.int32))
         cols = slice(column, column + width)
         outputs.append((op.outputs[0][:, cols],
                         None if grads[0] is None else grads[0][:, cols]))

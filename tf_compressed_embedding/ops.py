@@ -25,9 +25,15 @@ def _read(value):
 
 
 def _variable_handle(value):
-    """The handle of a resource variable, else None."""
-    handle = getattr(value, "handle", None) if isinstance(value, tf.Variable) else None
-    return handle if handle is not None and handle.dtype == tf.resource else None
+    """The handle of a resource variable, else None (then the table is
+    read as a tensor: e.g. a distributed variable outside a replica)."""
+    if not isinstance(value, tf.Variable):
+        return None
+    try:
+        handle = value.handle
+    except (AttributeError, ValueError):
+        return None
+    return handle if handle.dtype == tf.resource else None
 
 
 def _table_inputs(table, handles=False):
@@ -419,7 +425,7 @@ def batched_pool(tables, features, combiners, concat=False, feature_names=None):
         scales = inputs["scales"]
         if (not _batched_inputs.has_scales(table_dtype.name, row_format)
                 and _is_empty_float32(scales)):
-            scales = None  # a bad non-empty one goes to the op, which names it
+            scales = None  # a non-empty one goes in: the op refuses it
         op_features.append(_batched_inputs.Feature(
             table=inputs["table"], ids=bags.ids, bag_kind=bags.kind,
             row_format=row_format, dim=inputs.get("dim", -1),

@@ -126,7 +126,9 @@ absl::Status ReadMatrixBags(int64_t requested, BatchedFeature* feature) {
   return absl::OkStatus();
 }
 
-// its num_bags: the last row with an id + 1 for -1, else at least that.
+// Packs a padded feature's ids >= 0 (and their weights) row by row, and
+// settles its num_bags: the last row with an id + 1 for kRowsWithIds, else
+// at least that.
 absl::Status PackPadded(tensorflow::OpKernelContext* ctx,
                         BatchedFeature* feature) {
   const Tensor& ids = *feature->ids;
@@ -167,7 +169,8 @@ absl::Status PackPadded(tensorflow::OpKernelContext* ctx,
   return absl::OkStatus();
 }
 
-// num_bags + 1 written (fewer when -2 dropped trailing empty rows).
+// CheckBags of row splits: checks them all and writes num_bags + 1 offsets
+// (fewer than the splits when kRowsWithIds dropped trailing empty rows).
 absl::Status CheckRowSplits(const BatchedFeature& feature, int64_t* offsets) {
   const Tensor& splits = *feature.bag_splits;
   if (feature.num_bags == splits.dim_size(0) - 1) {
@@ -197,6 +200,15 @@ absl::Status ReadTableVariable(tensorflow::OpKernelContext* ctx, int input,
         absl::StrCat("table variable not found (create and initialize or "
                      "restore it before the call): ",
                      found.message()));
+  }
+  if (variable->copy_on_read_mode.load()) {
+    // A sparse op has touched the variable: in this mode sparse updates
+    // write its buffer in place, so a reader sharing the buffer must turn
+    // the mode off first (as DisableCopyOnRead, which read_value_no_copy
+    // runs, does); a later sparse update then copies the buffer while
+    // this call still holds it.
+    tensorflow::mutex_lock exclusive(*variable->mu());
+    variable->copy_on_read_mode.store(false);
   }
   tensorflow::tf_shared_lock lock(*variable->mu());
   if (!variable->is_initialized) {

@@ -42,8 +42,9 @@ struct BatchedFeature {
 };
 
 // The value of the resource variable whose handle is input `input`: its
-// tensor, sharing the buffer (no copy, whatever its copy-on-read mode), as
-// a dense read of an embedding table does; `dtype` is what it must hold.
+// tensor, sharing the buffer, as read_value_no_copy() reads it (its
+// copy-on-read mode turned off, so no whole-table copy and no in-place
+// sparse update of the buffer read); `dtype` is what it must hold.
 absl::Status ReadTableVariable(tensorflow::OpKernelContext* ctx, int input,
                                tensorflow::DataType dtype,
                                tensorflow::Tensor* value);

@@ -107,19 +107,31 @@ absl::Status BatchedFusedDecodeAxpyShape(InferenceContext* c) {
     if (status.ok() && kind == BagKind::kSegmentIds) {
       status = c->Merge(ids, splits, &ids);
     }
+    // The rows the bag structure gives: a given num_bags must equal them
+    // for row splits and dense ids, so the two dims merge.
+    DimensionHandle structure_rows = c->UnknownDim();
+    if (!status.ok()) {
+      // Named below.
+    } else if (kind == BagKind::kRowSplits) {
+      status = c->Subtract(c->Dim(splits, 0), 1, &structure_rows);
+    } else if (matrix) {
+      structure_rows = c->Dim(ids, 0);
+    }
     if (!status.ok()) {
       // Named below.
     } else if (count == BagCount::kGiven) {
       status = c->MakeDimForScalarInput(
           static_cast<int>(attrs.InputIndex(BatchedInput::kNumBags, f)),
           &bags[f]);
+      if (status.ok() &&
+          (kind == BagKind::kRowSplits || kind == BagKind::kDense)) {
+        status = c->Merge(bags[f], structure_rows, &bags[f]);
+      }
     } else if (count == BagCount::kRowsWithIds ||
                kind == BagKind::kSegmentIds) {
       bags[f] = c->UnknownDim();  // counted from the values
-    } else if (kind == BagKind::kRowSplits) {
-      status = c->Subtract(c->Dim(splits, 0), 1, &bags[f]);
-    } else {  // the rows of dense or padded ids
-      bags[f] = c->Dim(ids, 0);
+    } else {  // the rows of the row splits, dense or padded ids
+      bags[f] = structure_rows;
     }
     TF_RETURN_IF_ERROR(attrs.Labeled(f, status));
     dims[f] = attrs.dims[f] < 0 ? c->Dim(table, 1) : c->MakeDim(attrs.dims[f]);
@@ -273,7 +285,8 @@ feature (and its name, when feature_names gives it).
 tables: N tables: [V, D] int8 or half rows (row_formats[f] 'plain'), or
   uint8 [V, R] records of a rowwise format (as FusedDecodeAxpy's table);
   each a tensor, or a resource variable's handle that the op reads itself
-  (no ReadVariableOp node per table, and no copy in copy-on-read mode).
+  (no ReadVariableOp node per table), as read_value_no_copy() reads it: the
+  variable's copy-on-read mode turned off, its buffer shared.
 table_dtypes: each table's dtype (needed when a table is a handle), or
   empty when every table is a tensor.
 scales: the float32 [V] scales of each 'plain' int8 table.

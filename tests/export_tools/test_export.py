@@ -242,7 +242,10 @@ def test_checkpoint_holds_compressed_tables_only(exported, kind, variant):
         assert ops_used & FUSED_OPS
         for node in nodes:
             if node.op == "BatchedFusedDecodeAxpy":  # per-feature list attrs
+                # tables go in as variable handles, their dtypes in an attr
                 assert {tf.as_dtype(t) for t in node.attr["Ttables"].list.type} \
+                    == {tf.resource}
+                assert {tf.as_dtype(t) for t in node.attr["table_dtypes"].list.type} \
                     == {storage}
                 row_formats = {f.decode() for f in node.attr["row_formats"].list.s}
                 dims = set(node.attr["dims"].list.i)

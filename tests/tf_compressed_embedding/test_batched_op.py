@@ -484,8 +484,11 @@ class BatchedBadInputTest(tf.test.TestCase, parameterized.TestCase):
         self.assert_invalid(r"feature 1: weights must have shape \[2\] \(one "
                             r"per id\) or \[0\]",
                             [self.feature(), self.feature(weights=[1.0])])
-        self.assert_invalid(r"feature 0: num_bags = -3 must be >= 0",
-                            [self.feature(num_bags=-3)])
+        # The op counts rows only when bag_counts says so: the old -1 and
+        # -2 markers are refused as any given count below 0.
+        for given in (-1, -2, -3):
+            self.assert_invalid(rf"feature 0: num_bags = {given} must be >= 0",
+                                [self.feature(num_bags=given)])
         f = self.feature()
         f["num_bags"] = np.array([2], np.int64)
         self.assert_invalid(r"feature 0: num_bags must be a scalar", [f])
@@ -669,18 +672,25 @@ class BatchedVariableTablesTest(tf.test.TestCase, parameterized.TestCase):
             weights=weights.flat_values, combiner="mean")])[0]
         self.assertAllEqual(handles, values)
 
-    def test_copy_on_read_variable_is_read_without_a_copy(self):
-        # A gather puts the variable in copy-on-read mode; the op still
-        # reads its current value.
+    def test_variable_in_copy_on_read_mode_is_read_at_its_current_value(self):
+        # A gather puts the variable in copy-on-read mode, in which sparse
+        # updates write its buffer in place; the op turns the mode off and
+        # reads the current value, before and after an assignment.
         rng = np.random.default_rng(43)
         ct, ids, _ = random_feature(rng, "int8", 6)
-        tf.gather(ct.data, [0])  # ResourceGather: copy-on-read from now on
-        before = tfce.batched_embedding_lookup_sparse([ct], [ids])[0]
-        self.assertAllEqual(before, one_by_one(ct, ids, None, "mean"))
-        ct.data.assign(tf.reverse(ct.data, [0]))
-        after = tfce.batched_embedding_lookup_sparse([ct], [ids])[0]
-        self.assertAllEqual(after, one_by_one(ct, ids, None, "mean"))
-        self.assertNotAllEqual(before, after)
+        values = ct.data.numpy()
+
+        def expected(data):
+            return raw_batched([table_feature(
+                tfce.CompressedTable(data, ct.scales.numpy(), ct.format, ct.dim),
+                ids.flat_values, "row_splits", ids.row_splits,
+                combiner="mean")])[0]
+
+        for data in (values, values[::-1]):
+            ct.data.assign(data)
+            tf.gather(ct.data, [0])  # ResourceGather: copy-on-read mode
+            self.assertAllEqual(tfce.batched_embedding_lookup_sparse([ct], [ids])[0],
+                                expected(data))
 
     def test_missing_variable_is_named(self):
         # A handle to a variable never created (or already deleted).
@@ -775,12 +785,51 @@ class BatchedGradientTest(tf.test.TestCase, parameterized.TestCase):
             self.assertAllClose(tf.convert_to_tensor(g), tf.convert_to_tensor(w),
                                 atol=1e-5, msg=f"feature {f} ({KINDS[f % 3]})")
 
-    def test_unweighted_features_and_tables_get_no_gradient(self):
+    def test_tables_get_no_gradient(self):
+        # The fp16 table's variable (float, so the tape can watch it) goes
+        # in as its handle; the op gives it no gradient, the weights one.
         rng = np.random.default_rng(41)
-        ct, ids, _ = random_feature(rng, "fp16", 4)
-        data = tf.Variable(ct.data)
-        with tf.GradientTape() as tape:
+        ct, ids, weights = random_feature(rng, "fp16", 4, weighted=True)
+        flat = weights.flat_values
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch([ct.data, flat])
             out = tfce.batched_embedding_lookup_sparse(
-                [tfce.CompressedTable(data, ct.scales, ct.format)], [ids])
+                [ct], [ids], [weights.with_flat_values(flat)])
             loss = tf.reduce_sum(out[0])
-        self.assertIsNone(tape.gradient(loss, data))
+        self.assertIsNone(tape.gradient(loss, ct.data))
+        self.assertIsNotNone(tape.gradient(loss, flat))
+
+    def test_weighted_among_unweighted_features(self):
+        # The gradients land on the weights inputs of the weighted features
+        # only, whatever inputs the others have (scales, splits, num_bags).
+        rng = np.random.default_rng(44)
+        specs = [("int8_split", False, "sparse"), ("fp16", True, "ragged"),
+                 ("int8", False, "padded"), ("int4", True, "sparse"),
+                 ("int8", True, "padded")]
+        features = [random_feature(rng, fmt, 3 + f, kind=kind, weighted=w)
+                    for f, (fmt, w, kind) in enumerate(specs)]
+        flats = {f: (w.values if isinstance(w, tf.SparseTensor)
+                     else w.flat_values if isinstance(w, tf.RaggedTensor) else w)
+                 for f, (_, _, w) in enumerate(features) if w is not None}
+
+        def rebuild(f, flat):
+            like = features[f][2]
+            if isinstance(like, tf.RaggedTensor):
+                return like.with_flat_values(flat)
+            if isinstance(like, tf.SparseTensor):
+                return tf.SparseTensor(like.indices, flat, like.dense_shape)
+            return flat
+
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(list(flats.values()))
+            weights = [rebuild(f, flats[f]) if f in flats else None
+                       for f in range(len(features))]
+            got = tfce.batched_embedding_lookup_sparse(
+                [ct for ct, _, _ in features], [i for _, i, _ in features],
+                weights, combiners="sqrtn")
+            loss = sum(tf.reduce_sum(o * (f + 1)) for f, o in enumerate(got))
+            want = sum(tf.reduce_sum(one_by_one(ct, i, w, "sqrtn") * (f + 1))
+                       for f, ((ct, i, _), w) in enumerate(zip(features, weights)))
+        for f, flat in flats.items():
+            self.assertAllClose(tape.gradient(loss, flat), tape.gradient(want, flat),
+                                atol=1e-5, msg=f"feature {f}")
