@@ -736,6 +736,23 @@ class BatchedVariableTablesTest(tf.test.TestCase, parameterized.TestCase):
             _batched_inputs.layout([feature, dataclasses.replace(tensor, table_dtype=None)])
 
 
+def weight_values(weights):
+    """The flat tensor of a feature's ragged, sparse or dense weights."""
+    if isinstance(weights, tf.RaggedTensor):
+        return weights.flat_values
+    return weights.values if isinstance(weights, tf.SparseTensor) else weights
+
+
+def with_weight_values(like, values):
+    """Weights of the structure of `like` holding `values` (a tensor the
+    tape watches)."""
+    if isinstance(like, tf.RaggedTensor):
+        return like.with_flat_values(values)
+    if isinstance(like, tf.SparseTensor):
+        return tf.SparseTensor(like.indices, values, like.dense_shape)
+    return values
+
+
 class BatchedGradientTest(tf.test.TestCase, parameterized.TestCase):
     """The weights' gradient is each feature's FusedDecodeAxpy gradient
     (the per-table op's own gradient is checked against numeric
@@ -748,22 +765,13 @@ class BatchedGradientTest(tf.test.TestCase, parameterized.TestCase):
                                    kind=KINDS[f % 3], weighted=True)
                     for f in range(6)]
         tables, ids, weights = zip(*features)
-        tensors = [w.flat_values if isinstance(w, tf.RaggedTensor)
-                   else w.values if isinstance(w, tf.SparseTensor) else w
-                   for w in weights]
+        tensors = [weight_values(w) for w in weights]
         upstream = [tf.constant(rng.standard_normal((9, ct.dim)), tf.float32)
                     for ct in tables]
 
-        def rebuild(w, like):
-            if isinstance(like, tf.RaggedTensor):
-                return like.with_flat_values(w)
-            if isinstance(like, tf.SparseTensor):
-                return tf.SparseTensor(like.indices, w, like.dense_shape)
-            return w
-
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(tensors)
-            rebuilt = [rebuild(w, like) for w, like in zip(tensors, weights)]
+            rebuilt = [with_weight_values(like, w) for w, like in zip(tensors, weights)]
             got = tfce.batched_embedding_lookup_sparse(
                 tables, ids, rebuilt, combiners=combiner, concat=concat)
             if concat:
@@ -808,22 +816,13 @@ class BatchedGradientTest(tf.test.TestCase, parameterized.TestCase):
                  ("int8", True, "padded")]
         features = [random_feature(rng, fmt, 3 + f, kind=kind, weighted=w)
                     for f, (fmt, w, kind) in enumerate(specs)]
-        flats = {f: (w.values if isinstance(w, tf.SparseTensor)
-                     else w.flat_values if isinstance(w, tf.RaggedTensor) else w)
+        flats = {f: weight_values(w)
                  for f, (_, _, w) in enumerate(features) if w is not None}
-
-        def rebuild(f, flat):
-            like = features[f][2]
-            if isinstance(like, tf.RaggedTensor):
-                return like.with_flat_values(flat)
-            if isinstance(like, tf.SparseTensor):
-                return tf.SparseTensor(like.indices, flat, like.dense_shape)
-            return flat
 
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(list(flats.values()))
-            weights = [rebuild(f, flats[f]) if f in flats else None
-                       for f in range(len(features))]
+            weights = [with_weight_values(features[f][2], flats[f]) if f in flats
+                       else None for f in range(len(features))]
             got = tfce.batched_embedding_lookup_sparse(
                 [ct for ct, _, _ in features], [i for _, i, _ in features],
                 weights, combiners="sqrtn")
