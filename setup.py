@@ -16,12 +16,18 @@ tools/sanitize.sh builds it that way into build/asan/ (`setup.py build_ext
 op tests on it. GCC cannot compile TF's headers with UBSan's null checks
 (see TF_HEADER_SANITIZER_FLAGS), so files that include them build without
 those three checks; the TF-free files (the kernels) get every check.
+
+Sources compile in parallel, one per CPU (TFCE_BUILD_JOBS=N sets the count),
+and only those whose object is out of date are compiled again: after an edit,
+or for a wheel after an in-place build, only what changed is rebuilt.
 """
 import ast
+import concurrent.futures
 import os
 import re
 import runpy
 import sys
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -82,8 +88,63 @@ def check_tf_version(version):
         print(f"warning: {warning}", file=sys.stderr)
 
 
+def build_jobs():
+    """How many sources compile at once: TFCE_BUILD_JOBS, else one per CPU
+    this process may run on (each compile of a TF-including file is
+    single-threaded and needs under 1 GB)."""
+    jobs = os.environ.get("TFCE_BUILD_JOBS")
+    if jobs:
+        if not jobs.isdigit() or int(jobs) < 1:
+            raise SystemExit(
+                f"error: TFCE_BUILD_JOBS must be a positive integer, got {jobs!r}")
+        return int(jobs)
+    return len(os.sched_getaffinity(0))
+
+
+def depfile_inputs(depfile):
+    """The files a make-style depfile (g++ -MMD) says its object was built
+    from: the source and every header it included."""
+    with open(depfile) as f:
+        text = f.read().replace("\\\n", " ")
+    _, _, inputs = text.partition(": ")
+    return inputs.split()
+
+
+def object_is_current(obj, command):
+    """Whether `obj` was compiled by exactly `command` and is newer than
+    its source and every header the compile read (from its depfile)."""
+    try:
+        with open(obj + ".cmd") as f:
+            if f.read() != command:
+                return False
+        built = os.path.getmtime(obj)
+        return all(os.path.getmtime(path) <= built
+                   for path in depfile_inputs(obj + ".d"))
+    except OSError:  # no object, depfile or record yet, or an input is gone
+        return False
+
+
 class BuildOpLibrary(build_ext):
-    """Compiles each source with its own flags and links `_ops.so`."""
+    """Compiles each source with its own flags and links `_ops.so`.
+
+    Sources compile in parallel (build_jobs()), and a source whose object is
+    current (object_is_current: same command, no newer source or header)
+    is not compiled again: a wheel built after an in-place build, or a
+    rebuild after editing one file, only compiles what changed.
+    """
+
+    def finalize_options(self):
+        super().finalize_options()
+        if getattr(self, "editable_mode", False):
+            # An editable install builds in a temporary directory; keep the
+            # objects where a regular build puts them, so the next build of
+            # either kind finds them.
+            self.build_temp = os.path.join(
+                os.path.dirname(os.path.abspath(__file__)), "build",
+                f"temp.{sysconfig.get_platform()}-{sys.implementation.cache_tag}")
+        # Absolute, so the compile commands (which name the object) of an
+        # editable and a regular build are the same string.
+        self.build_temp = os.path.abspath(self.build_temp)
 
     def get_ext_filename(self, fullname):
         # A TF op library, not a Python extension module: no ABI tag.
@@ -102,16 +163,44 @@ class BuildOpLibrary(build_ext):
         if sanitize:
             common += SANITIZER_FLAGS
             link += SANITIZER_FLAGS
-        objects = []
+        else:
+            # Python's CFLAGS carry -g; the shipped library needs no debug
+            # info (symbols stay for profilers), and it slows TF-header
+            # compiles. Sanitizer builds keep it for file:line in reports.
+            common.append("-g0")
+        compiles = []
         for source, flags in ext.extra_per_file_flags.items():
             if sanitize and includes_tf_headers(source):
                 flags = flags + TF_HEADER_SANITIZER_FLAGS
-            objects += self.compiler.compile(
-                [source], output_dir=self.build_temp,
-                extra_postargs=common + flags, depends=ext.depends)
+            (obj,) = self.compiler.object_filenames(
+                [source], output_dir=self.build_temp)
+            args = common + flags + ["-MMD", "-MF", obj + ".d"]
+            command = " ".join(self.compiler.compiler_so + args + [source])
+            os.makedirs(os.path.dirname(obj), exist_ok=True)
+            compiles.append((source, obj, args, command))
+        stale = [c for c in compiles
+                 if self.force or not object_is_current(c[1], c[3])]
+        jobs = 1 if self.dry_run else build_jobs()  # dry run: commands in order
+        if stale:
+            print(f"compiling {len(stale)} of {len(compiles)} sources of "
+                  f"{ext.name}, {jobs} at a time")
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            for future in [pool.submit(self._compile_one, *c) for c in stale]:
+                future.result()  # re-raises the first failed compile
         self.compiler.link_shared_object(
-            objects, self.get_ext_fullpath(ext.name), extra_postargs=link,
-            target_lang="c++")
+            [obj for _, obj, _, _ in compiles], self.get_ext_fullpath(ext.name),
+            extra_postargs=link, target_lang="c++")
+
+    def _compile_one(self, source, obj, args, command):
+        # The record goes last, so an interrupted compile is redone.
+        if os.path.exists(obj + ".cmd"):
+            os.remove(obj + ".cmd")
+        self.compiler.compile([source], output_dir=self.build_temp,
+                              extra_postargs=args)
+        if self.dry_run:
+            return
+        with open(obj + ".cmd", "w") as f:
+            f.write(command)
 
 
 class OpLibrary(Extension):

@@ -29,7 +29,8 @@ out=build/asan
 echo "== building the ASan+UBSan op library into $out/ (log: $out/build.log)"
 mkdir -p "$out"
 # build_ext, not pip: --build-lib keeps the result out of the source tree.
-# Every source is recompiled each time (no stale objects). The export tool's
+# A source is recompiled when it, a header it includes or its command changed
+# (setup.py keeps a record beside each object). The export tool's
 # _bundle_writer.so is built beside it, unused here.
 if ! TFCE_SANITIZE=1 "$PYTHON" setup.py build_ext --build-lib "$out/lib" \
     --build-temp "$out/tmp" >"$out/build.log" 2>&1; then

@@ -19,15 +19,18 @@ cores=$(nproc)
 WORKERS=${TFCE_TEST_WORKERS:-$((cores < 4 ? cores : 4))}
 PARALLEL=(-n "$WORKERS" --dist loadfile)
 
-echo "== lint (ruff, configured in pyproject.toml)"
+# Each section's header says how long the run has taken so far.
+section() { echo "== $* [$((SECONDS / 60)) min $((SECONDS % 60)) s in]"; }
+
+section "lint (ruff, configured in pyproject.toml)"
 "$PYTHON" -m ruff check .
 
-echo "== Bazel: configure, build //..., test //..."
+section "Bazel: configure, build //..., test //..."
 "$PYTHON" tools/configure_bazel.py
 tools/bazelisk_offline.sh build //...
 tools/bazelisk_offline.sh test //...
 
-echo "== op tests on the Bazel-built library"
+section "op tests on the Bazel-built library"
 TFCE_OPS_LIBRARY="$PWD/bazel-bin/kernels/_ops.so" "$PYTHON" -m pytest -q \
   -p no:cacheprovider "${PARALLEL[@]}" tests/tf_compressed_embedding/test_lookup_op.py \
   tests/tf_compressed_embedding/test_fused_decode_axpy_op.py \
@@ -35,10 +38,10 @@ TFCE_OPS_LIBRARY="$PWD/bazel-bin/kernels/_ops.so" "$PYTHON" -m pytest -q \
   tests/tf_compressed_embedding/test_sparse_api.py \
   tests/tf_compressed_embedding/test_savedmodel.py
 
-echo "== op tests on an ASan+UBSan build of the library, every kernel row"
+section "op tests on an ASan+UBSan build of the library, every kernel row"
 bash tools/sanitize.sh "${PARALLEL[@]}"
 
-echo "== a non-editable install: build the wheel, install it in a fresh venv"
+section "a non-editable install: build the wheel, install it in a fresh venv"
 wheel_dir=$(mktemp -d)
 trap 'rm -rf "$wheel_dir"' EXIT
 "$PYTHON" -m pip wheel -q --no-build-isolation --no-deps . -w "$wheel_dir"
@@ -58,11 +61,12 @@ PY
 "$wheel_dir/venv/bin/tfce-export" --help >/dev/null
 )
 
-echo "== the whole pytest suite (pip-built library)"
+section "the whole pytest suite (pip-built library)"
 # Its op-suite-per-kernel-row test is left out: tools/sanitize.sh above ran
 # those op files (and more) on every row the CPU has.
 "$PYTHON" -m pytest -q -p no:cacheprovider "${PARALLEL[@]}" tests \
-  --deselect tests/kernels/test_isa.py::test_op_suite_on_every_row "$@"
+  --durations=20 --deselect tests/kernels/test_isa.py::test_op_suite_on_every_row "$@"
 
-echo "== the oldest supported TensorFlow: build, op, layer and export tests"
+section "the oldest supported TensorFlow: build, op, layer and export tests"
 bash tools/test_oldest_tf.sh "${PARALLEL[@]}"
+section "done"
