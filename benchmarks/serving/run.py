@@ -40,7 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from _harness import charts, markdown as md, results  # noqa: E402  (benchmarks/, just above)
+from _harness import charts, host, markdown as md, results  # noqa: E402  (benchmarks/, just above)
 
 RESULTS = results.RESULTS_DIR
 TITLE = "End to end: the ranking model served (`python benchmarks/serving/run.py`)"
@@ -203,14 +203,25 @@ def summarize(runs, workdir, features, reports):
     return rows
 
 
-def markdown(rows, args, features, reports):
+def run_facts(args):
+    """What the run was measured on and how, kept with its raw results so a
+    --report-only render says the same."""
+    import tf_compressed_embedding as tfce
+    return {"host": host.machine(), "kernels": tfce.active_isa(),
+            "commit": host.commit(), "date": time.strftime("%Y-%m-%d"),
+            "rounds": args.rounds, "iterations": args.iterations}
+
+
+def markdown(rows, facts, batch, features, reports):
     columns = ["variant", "p50 ms 1t", "p99 ms 1t", "p50 vs FP32", "p50 vs fastest FP32",
                "req/s 1t", "req/s 2t", "table MiB (format)", "tables vs FP32",
                "model RSS MiB", "RSS / format", "RSS vs FP32", "disk MiB", "load s"]
     total = sum(f.rows * f.dim * 4 for f in features) / 2**30
     lines = [f"{len(features)} sparse features, {sum(f.rows for f in features):,} rows, "
-             f"{total:.2f} GiB of FP32 tables; requests of {args.batch} candidates; "
-             f"{args.rounds} rounds x {args.iterations} requests per variant and thread "
+             f"{total:.2f} GiB of FP32 tables; requests of {batch} candidates. Host: "
+             f"{facts['host']}, kernels {facts['kernels']}; commit {facts['commit']}, "
+             f"{facts['date']}. {facts['rounds']} rounds x {facts['iterations']} "
+             f"requests per variant and thread "
              f"count, variants interleaved, each in a fresh harness process (TF's "
              f"LoadSavedModel + Session::Run, default thread pools, warmup replayed). "
              f"Medians over rounds. `model RSS` = resident memory after load minus before "
@@ -364,16 +375,16 @@ def main(argv=None):
     features = recommender_model.dlrm_features(*features_args)
     if args.report_only:
         reports = export_models(args.workdir, args.auto_max_error)  # reads the kept reports
-        runs = json.load(open(os.path.join(RESULTS, "serving_raw.json")))
-        if "FP32 as exported" in runs:  # a run of one request size
-            runs = {str(args.batch): runs}
+        raw = json.load(open(os.path.join(RESULTS, "serving_raw.json")))
+        facts, runs = raw["facts"], raw["runs"]
         runs = {int(size): by_name for size, by_name in runs.items()}
     else:
         build_models(args.workdir, features_args)
         reports = export_models(args.workdir, args.auto_max_error)
+        facts = run_facts(args)
         runs = serve_all(args, features)
     rows = summarize(runs[args.batch], args.workdir, features, reports)
-    section = markdown(rows, args, features, reports)
+    section = markdown(rows, facts, args.batch, features, reports)
     if len(runs) > 1 or "INT8 batched" in runs[args.batch]:
         section += "\n" + request_size_markdown(request_size_rows(runs))
     print(f"## {TITLE}\n\n{section}")
@@ -381,7 +392,8 @@ def main(argv=None):
         os.makedirs(RESULTS, exist_ok=True)
         results.write_csv("serving.csv", rows)
         if not args.report_only:
-            json.dump(runs, open(os.path.join(RESULTS, "serving_raw.json"), "w"), indent=1)
+            json.dump({"facts": facts, "runs": runs},
+                      open(os.path.join(RESULTS, "serving_raw.json"), "w"), indent=1)
         chart(rows, os.path.join(RESULTS, "serving.png"))
         results.replace_section("serving", TITLE, section)
 
