@@ -2,6 +2,7 @@
 the per-file flags of the one source table, kernels/sources.bzl, for the C++
 kernel tests and the C++ benchmarks (no TensorFlow needed)."""
 import ast
+import concurrent.futures
 import os
 import subprocess
 
@@ -35,13 +36,34 @@ SUPPORT_SOURCES = support_sources()
 
 
 def compile_kernels(out_dir, extra_flags=(), opt="-O3"):
-    """Compiles every kernel file into out_dir; returns the object paths."""
-    objects = []
-    for src, flags in kernel_sources().items():
+    """Compiles every kernel file into out_dir, one per CPU at a time;
+    returns the object paths."""
+    def compile_one(src, flags):
         obj = os.path.join(out_dir, os.path.basename(src) + ".o")
         subprocess.run(["g++", "-std=c++17", opt, "-I.", *extra_flags, *flags,
                         "-c", src, "-o", obj], cwd=ROOT, check=True)
-        objects.append(obj)
+        return obj
+
+    jobs = len(os.sched_getaffinity(0))
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        futures = [pool.submit(compile_one, src, flags)
+                   for src, flags in kernel_sources().items()]
+        return [future.result() for future in futures]
+
+
+SANITIZED_BUILD_TEMP = os.path.join(ROOT, "build", "asan", "tmp")
+
+
+def sanitized_core_objects():
+    """The TF-free core's objects (kernels and support sources) of the
+    ASan+UBSan op library build, tools/build_sanitized.sh, which this runs:
+    it compiles only what is out of date, so after tools/sanitize.sh it only
+    links. Returns their paths."""
+    subprocess.run(["bash", "tools/build_sanitized.sh"], cwd=ROOT, check=True)
+    objects = [os.path.join(SANITIZED_BUILD_TEMP, os.path.splitext(src)[0] + ".o")
+               for src in [*kernel_sources(), *SUPPORT_SOURCES]]
+    missing = [obj for obj in objects if not os.path.isfile(obj)]
+    assert not missing, f"the sanitized build left no {missing}"
     return objects
 
 

@@ -4,8 +4,9 @@
 # sanitizer reported anything (the reports are printed). One summary line per
 # row. For CI: 10-13 minutes on 2 shared cores, about half of it the build.
 #
-# The sanitized library is built into build/asan/ (TFCE_SANITIZE=1, see
-# setup.py); the in-place tf_compressed_embedding/_ops.so is not touched.
+# The sanitized library is built into build/asan/ by tools/build_sanitized.sh
+# (TFCE_SANITIZE=1, see setup.py), whose core objects the C++ kernel tests
+# link too; the in-place tf_compressed_embedding/_ops.so is not touched.
 # Extra arguments go to pytest, e.g. more test files that use the ops:
 #   tools/sanitize.sh tests/tf_compressed_embedding/keras/test_layer_pooling.py
 set -euo pipefail
@@ -27,17 +28,7 @@ TESTS=("$T/test_lookup_op.py" "$T/test_fused_decode_axpy_op.py"
 
 out=build/asan
 echo "== building the ASan+UBSan op library into $out/ (log: $out/build.log)"
-mkdir -p "$out"
-# build_ext, not pip: --build-lib keeps the result out of the source tree.
-# A source is recompiled when it, a header it includes or its command changed
-# (setup.py keeps a record beside each object). The export tool's
-# _bundle_writer.so is built beside it, unused here.
-if ! TFCE_SANITIZE=1 "$PYTHON" setup.py build_ext --build-lib "$out/lib" \
-    --build-temp "$out/tmp" >"$out/build.log" 2>&1; then
-  tail -n 40 "$out/build.log"
-  echo "sanitize: build failed (full log: $out/build.log)" >&2
-  exit 1
-fi
+bash tools/build_sanitized.sh || { echo "sanitize: build failed" >&2; exit 1; }
 export TFCE_OPS_LIBRARY="$PWD/$out/lib/tf_compressed_embedding/_ops.so"
 echo "   built in $((SECONDS - start))s: $TFCE_OPS_LIBRARY"
 

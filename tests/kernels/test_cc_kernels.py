@@ -2,8 +2,10 @@
 the TensorFlow one) under ASan+UBSan with g++: every kernel variant this CPU
 can run against an independent reference, with sentinel-padded outputs,
 every half value under DAZ/FTZ, the prefetch policy, the tuning variables
-and the segment offsets core. (Bazel runs the same tests without the
-sanitizers: tests/cc/BUILD.)"""
+and the segment offsets core. They link the core's objects of the sanitized
+op library build (tools/build_sanitized.sh, shared with tools/sanitize.sh),
+so the kernels are tested as the sanitized library has them. (Bazel runs
+the same tests without the sanitizers: tests/cc/BUILD.)"""
 import glob
 import os
 import re
@@ -35,9 +37,9 @@ def has_gtest():
 
 
 @pytest.fixture(scope="module")
-def kernel_objects_under_sanitizers(tmp_path_factory):
-    out = tmp_path_factory.mktemp("kernels")
-    return kernel_objects.compile_kernels(str(out), SANITIZE, opt="-O2"), out
+def core_objects_under_sanitizers(tmp_path_factory):
+    return (kernel_objects.sanitized_core_objects(),
+            tmp_path_factory.mktemp("cc_tests"))
 
 
 def test_the_tests_are_found():
@@ -48,13 +50,12 @@ def test_the_tests_are_found():
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 @pytest.mark.skipif(not has_gtest(), reason="needs googletest (libgtest-dev)")
 @pytest.mark.parametrize("test", TESTS)
-def test_cc_under_sanitizers(test, kernel_objects_under_sanitizers):
+def test_cc_under_sanitizers(test, core_objects_under_sanitizers):
     assert "kernels/core/kernel_scalar.cc" in kernel_objects.kernel_sources()
-    objects, out = kernel_objects_under_sanitizers
+    objects, out = core_objects_under_sanitizers
     binary = str(out / test[:-len(".cc")])
     subprocess.run(["g++", "-std=c++17", "-O1", "-I.", *SANITIZE,
-                    f"tests/cc/{test}", *kernel_objects.SUPPORT_SOURCES,
-                    *objects, "-o", binary, "-lgtest_main", "-lgtest",
+                    f"tests/cc/{test}", *objects, "-o", binary, "-lgtest_main", "-lgtest",
                     "-pthread"], cwd=ROOT, check=True)
     result = subprocess.run([binary, "--gtest_brief=1"], capture_output=True,
                             text=True, timeout=900, check=False)
