@@ -25,7 +25,11 @@ variable's handle, which the op reads (no ReadVariableOp node per table).
 
 The batched op also absorbs the id preprocessing of unweighted lookups
 whose bags it can take as they come (bag_sources.py), so those nodes are
-pruned too.
+pruned too. When the merged lookups' only use is one ConcatV2 along their
+last axis, side by side (a ranking model concatenating its pooled features
+for its MLP), the node writes them concatenated (its `concat` output) and
+the ConcatV2 takes that one tensor in their place: the op allocates one
+output instead of one per lookup and nothing copies them again.
 """
 import collections
 
@@ -68,7 +72,7 @@ def batch_pooled_lookups(editor, keep, feature_names, emitter):
         if len(names) >= 2:
             merged.append((_merge(editor, names, kept, feature_names, emitter),
                            len(names)))
-    editor._reindex()  # noqa: SLF001 - consumers were rewired in place
+            editor._reindex()  # noqa: SLF001 - consumers were rewired in place
     return merged
 
 
@@ -99,6 +103,9 @@ def _list_attr(values, kind):
 
 def _merge(editor, names, kept, feature_names, emitter):
     """One batched node for FusedDecodeAxpy nodes `names`; returns its name."""
+    concat = _concat_of(editor, names, kept)
+    if concat is not None:
+        names = concat[1]  # the features in the ConcatV2's order
     nodes = [editor.nodes[n] for n in names]
     inputs = {key: [n.input[i] for n in nodes] for i, key in enumerate(_INPUTS)}
     features = []
@@ -163,12 +170,14 @@ def _merge(editor, names, kept, feature_names, emitter):
         combiners=strings("combiners"), bag_kinds=strings("bag_kinds"),
         bag_counts=strings("bag_counts"),
         weighted=_list_attr(args["weighted"], "b"),
-        concat=False, num_outputs=len(nodes),
+        concat=concat is not None, num_outputs=1 if concat else len(nodes),
         feature_names=_list_attr(
             [feature_names.get(n.input[0], n.name).encode() for n in nodes], "s"))
     outputs = {n.name: f"{name}:{k}" for k, n in enumerate(nodes)}
     for old in names:
         editor.remove(old)
+    if concat is not None:
+        _take_concatenated(concat[0], names, f"{name}:0")
     for node in editor.graph_def.node:
         for pos, inp in enumerate(node.input):
             source = node_name(inp)
@@ -184,6 +193,51 @@ def _merge(editor, names, kept, feature_names, emitter):
             editor.add(old, "Identity", [outputs[old]], T=tf.float32)
     _dedupe_control_inputs(editor)
     return name
+
+
+def _concat_of(editor, names, kept):
+    """(the ConcatV2 node, `names` in its input order) when the one data use
+    of each FusedDecodeAxpy node in `names` is one ConcatV2 along the last
+    axis of their [rows, D] outputs, where they are side by side; else
+    None. Control uses do not count (they move to the batched node)."""
+    if kept & set(names):
+        return None
+    concat, positions = None, {}
+    for name in names:
+        uses = [(n, pos) for n, pos in editor.consumers.get(name, ())
+                if not n.input[pos].startswith("^")]
+        if len(uses) != 1 or uses[0][0].op != "ConcatV2":
+            return None
+        if concat is not None and uses[0][0] is not concat:
+            return None
+        concat, positions[name] = uses[0]
+    axis = editor.const_value(concat.input[concat.attr["N"].i])
+    if axis is None or axis.ndim != 0 or int(axis) not in (1, -1):
+        return None
+    order = sorted(names, key=positions.get)
+    if positions[order[-1]] - positions[order[0]] != len(order) - 1:
+        return None
+    return concat, order
+
+
+def _take_concatenated(concat, names, tensor):
+    """Replaces the inputs `names` of ConcatV2 node `concat` (side by side)
+    by `tensor`, their concatenation; a ConcatV2 left with one value input
+    becomes an Identity of it."""
+    values = list(concat.input[:concat.attr["N"].i])
+    first = min(values.index(v) for v in values if node_name(v) in names)
+    values[first:first + len(names)] = [tensor]
+    rest = concat.input[concat.attr["N"].i:]  # the axis, then control inputs
+    if len(values) == 1:
+        concat.op = "Identity"
+        for key in ("N", "Tidx"):
+            del concat.attr[key]
+        rest = rest[1:]
+    else:
+        concat.attr["N"].i = len(values)
+    new_inputs = values + list(rest)
+    del concat.input[:]
+    concat.input.extend(new_inputs)
 
 
 def release_table_reads(editor, merged):

@@ -184,7 +184,7 @@ def compress_saved_model(src: str, dst: str, dtype: str = "int8", ops: str = "fu
                          min_rows: int = DEFAULT_MIN_ROWS,
                          signatures: list[str] | None = None,
                          chunk_rows: int | None = None, overwrite: bool = False,
-                         verify: bool = True, examples: str | None = None,
+                         verify: bool = True, examples: dict | None = None,
                          report: str | None = None, progress: Progress | None = None,
                          isolate: bool = True,
                          max_error: float | None = None,

@@ -390,6 +390,110 @@ def test_batched_node_absorbs_id_preprocessing(tmp_path):
         np.testing.assert_allclose(got[True][key], value, atol=0.05, err_msg=key)
 
 
+class _ConcatenatedLookups(tf.Module):
+    """Pooled lookups whose one use is a concat along the last axis: with a
+    dense input, in an order that is not the lookups' (`mlp`); alone
+    (`only_pooled`); and with one of them also returned (`shared`), which
+    keeps the lookups' outputs apart."""
+
+    def __init__(self, seed=6):
+        rng = np.random.default_rng(seed)
+        self.tables = [tf.Variable(rng.standard_normal(shape).astype(np.float32))
+                       for shape in ((50, 8), (40, 4), (30, 6))]
+        self.weights = tf.Variable(rng.standard_normal((21, 2)).astype(np.float32))
+
+    def _pooled(self, ids):
+        return [tf.nn.embedding_lookup_sparse(t, i, None, combiner=c)
+                for t, i, c in zip(self.tables, ids, ("mean", "sum", "sqrtn"))]
+
+    SPEC = [tf.RaggedTensorSpec([None, None], tf.int64)] * 3
+
+    @tf.function(input_signature=SPEC + [tf.TensorSpec([None, 3], tf.float32)])
+    def mlp(self, a, b, c, dense):
+        pooled = self._pooled((a, b, c))
+        features = tf.concat([dense, pooled[2], pooled[0], pooled[1]], axis=-1)
+        return {"out": tf.matmul(features, self.weights)}
+
+    @tf.function(input_signature=SPEC)
+    def only_pooled(self, a, b, c):
+        return {"out": tf.concat(self._pooled((a, b, c)), axis=1)}
+
+    @tf.function(input_signature=SPEC)
+    def shared(self, a, b, c):
+        pooled = self._pooled((a, b, c))
+        return {"out": tf.concat(pooled, axis=1), "first": pooled[0]}
+
+
+def test_batched_node_writes_the_concatenation_a_concat_takes(tmp_path):
+    """Lookups whose one use is a concat side by side become one batched
+    node with its concatenated output (in the concat's order), which the
+    concat takes in their place (an Identity when nothing else is
+    concatenated); a lookup used elsewhere too keeps the outputs apart.
+    Outputs are the --no-batch export's bit for bit, through both loaders."""
+    module = _ConcatenatedLookups()
+    src = str(tmp_path / "src")
+    signatures = {"mlp": module.mlp, "only_pooled": module.only_pooled,
+                  "shared": module.shared}
+    tf.saved_model.save(module, src, signatures=signatures)
+    # Verification's own inputs would not give the dense input and the
+    # ragged ones the same rows: it is given these.
+    ids = [tf.ragged.constant(v, tf.int64) for v in (
+        [[1, 2], [], [3, 4, 49], [7]], [[0], [39, 39], [5], [1, 2, 3]],
+        [[29], [0, 1], [], [2]])]
+    dense = tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3))
+    inputs = {"mlp": (*ids, dense), "only_pooled": ids, "shared": ids}
+    feeds = {key: {} for key in signatures}
+    for feed in feeds.values():
+        for name, ragged in zip("abc", ids):
+            feed[name], feed[name + "_1"] = ragged.flat_values, ragged.row_splits
+    feeds["mlp"]["dense"] = dense
+    examples = {key: {name: value.numpy() for name, value in feed.items()}
+                for key, feed in feeds.items()}
+    paths = {}
+    for batch in (True, False):
+        paths[batch] = str(tmp_path / f"batch_{batch}")
+        compress_saved_model(src, paths[batch], dtype="int8", ops="fused", min_rows=1,
+                             verify=True, examples=examples, isolate=False, batch=batch)
+    shapes = []
+    for function in _meta_graph(paths[True]).graph_def.library.function:
+        for node in function.node_def:
+            if node.op != "BatchedFusedDecodeAxpy":
+                continue
+            users = [n for n in function.node_def for i in n.input
+                     if i.split(":")[0] == node.name]
+            if node.attr["concat"].b:
+                assert node.attr["num_outputs"].i == 1
+                (user,) = users
+                shapes.append((user.op, list(node.attr["dims"].list.i),
+                               user.attr["N"].i if user.op == "ConcatV2" else 1))
+            else:
+                shapes.append(("apart", list(node.attr["dims"].list.i), len(users)))
+    # mlp: [dense, c, a, b] -> ConcatV2(dense, batched); only_pooled: an
+    # Identity of the batched output; shared: three outputs, four uses.
+    assert sorted(shapes) == [("ConcatV2", [6, 8, 4], 2), ("Identity", [8, 4, 6], 1),
+                              ("apart", [8, 4, 6], 4)], shapes
+
+    loaded = {b: tf.saved_model.load(paths[b]) for b in paths}
+    for key, function in signatures.items():
+        want = function(*inputs[key])
+        got = {b: loaded[b].signatures[key](**feeds[key]) for b in paths}
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[True][name], got[False][name],
+                                          err_msg=f"{key}/{name}")
+            np.testing.assert_allclose(got[True][name], value, atol=0.1,
+                                       err_msg=f"{key}/{name}")
+    # TF Serving's path: the signature run by a TF1 Session.
+    for batch, path in paths.items():
+        with tf.compat.v1.Session(graph=tf.Graph()) as session:
+            signature = tf.compat.v1.saved_model.loader.load(
+                session, ["serve"], path).signature_def["mlp"]
+            out = session.run(signature.outputs["out"].name,
+                              {signature.inputs[k].name: v.numpy()
+                               for k, v in feeds["mlp"].items()})
+        np.testing.assert_array_equal(out, loaded[False].signatures["mlp"](
+            **feeds["mlp"])["out"], err_msg=f"Session, batch={batch}")
+
+
 @pytest.mark.parametrize("kind", sorted(FUSED_POOLING))
 def test_batched_export_equals_one_node_per_lookup(exported, kind, tmp_path):
     """The batched node's outputs are those of the FusedDecodeAxpy nodes it
