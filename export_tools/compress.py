@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from export_tools import auto_plan, input_generation, output_model, probe, sensitivity
 from export_tools import examples as source_examples
-from export_tools import verify as verification, warmup
+from export_tools import session_tables, verify as verification, warmup
 from export_tools.errors import ExportError
 from export_tools.options import (AUTO, AUTO_FORMATS, DEFAULT_CHUNK_BYTES,
                                   DEFAULT_MIN_ROWS, OPS_MODES)
@@ -492,7 +492,8 @@ def _write(source, analyses, chosen, formats, ops, chunk_rows, out, progress, re
     output_model.rebuild_checkpoint(out, streams)
     output_model.patch_meta_graph(
         out, {name: shape for name, (_, shape) in full_shapes.items()},
-        {k: d.method_name for k, d in source.signature_defs.items()}, source.tags)
+        {k: d.method_name for k, d in source.signature_defs.items()}, source.tags,
+        edits=[session_tables.name_tables])
     output_model.copy_extra_assets(source.path, out)
 
 

@@ -151,9 +151,10 @@ def rebuild_checkpoint(path, streams):
     shutil.rmtree(build, ignore_errors=True)
 
 
-def patch_meta_graph(path, full_shapes, method_names, tags):
+def patch_meta_graph(path, full_shapes, method_names, tags, edits=()):
     """Gives streamed variables their full shapes and signatures their source
-    method names and tags (tf.saved_model.save writes 'serve' and 'predict')."""
+    method names and tags (tf.saved_model.save writes 'serve' and 'predict'),
+    then applies each of `edits` (a function of the MetaGraphDef) to it."""
     pb_path = os.path.join(path, "saved_model.pb")
     saved = saved_model_pb2.SavedModel()
     with open(pb_path, "rb") as f:
@@ -172,6 +173,8 @@ def patch_meta_graph(path, full_shapes, method_names, tags):
             meta.signature_def[key].method_name = method
     del meta.meta_info_def.tags[:]
     meta.meta_info_def.tags.extend(tags)
+    for edit in edits:
+        edit(meta)
     with open(pb_path, "wb") as f:
         f.write(saved.SerializeToString())
 

@@ -32,16 +32,27 @@ from export_tools.warmup import WARMUP_FILE
 
 TOLERANCE_FACTOR = 16.0
 ROUNDING_FLOOR = 1e-5
+# The loaders a model is run through, as the messages name them.
+TF2 = "tf.saved_model.load"
+SESSION = "the Session loader (TF Serving's path)"
 
 
-def run_model(path, feeds, load_ops, workdir):
-    """{signature: {output: array}} from running `path` in a fresh process."""
+def run_model(path, feeds, load_ops, workdir, session=False):
+    """{loader: {signature: [{output: array}, ...]}} from running `path` in a
+    fresh process: through `tf.saved_model.load` (loader TF2), and with
+    `session` also through the Session loader (loader SESSION)."""
     inputs = os.path.join(workdir, "inputs.tfrecord")
-    outputs = os.path.join(workdir, f"outputs_{len(os.listdir(workdir))}.tfrecord")
+    run = len(os.listdir(workdir))
+    outputs = {TF2: os.path.join(workdir, f"outputs_{run}.tfrecord")}
+    if session:
+        outputs[SESSION] = os.path.join(workdir, f"outputs_{run}_session.tfrecord")
     save_feeds(inputs, feeds)
-    command = [sys.executable, "-m", "export_tools.run_signatures", path, inputs, outputs]
+    command = [sys.executable, "-m", "export_tools.run_signatures", path, inputs,
+               outputs[TF2]]
     if load_ops:
         command.append("--load-ops")
+    if session:
+        command += ["--session-outputs", outputs[SESSION]]
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=os.pathsep.join(filter(None, [package_root,
@@ -55,7 +66,7 @@ def run_model(path, feeds, load_ops, workdir):
             f"inputs verification used are not valid for this model, pass real "
             f"ones: --examples FILE (.npz or a TFRecord of PredictionLogs), or "
             f"put them in SRC/{WARMUP_FILE}")
-    return load_feeds(outputs)
+    return {loader: load_feeds(file) for loader, file in outputs.items()}
 
 
 class ToleranceExceeded(ExportError):
@@ -69,15 +80,18 @@ class ToleranceExceeded(ExportError):
 
 def verify(src, dst, feeds, load_ops, relative_error, factor=TOLERANCE_FACTOR,
            tolerance=None):
-    """Runs both models on `feeds` ({signature: [feed, ...]}); returns ({sig:
-    {out: max abs diff, or count of differing values, over the requests}},
-    tolerance, [warning], the largest float difference), or raises
-    ExportError naming the output that does not agree (ToleranceExceeded
-    for float outputs, naming the one that differs most). `tolerance`, if
-    given, is the absolute tolerance instead of the derived one."""
+    """Runs both models on `feeds` ({signature: [feed, ...]}): the source
+    through `tf.saved_model.load`, the compressed model through it and
+    through the Session loader (the two run different graph functions, see
+    export_tools/session_tables.py). Returns ({sig: {out: max abs diff, or
+    count of differing values, over the requests and loaders}}, tolerance,
+    [warning], the largest float difference), or raises ExportError naming
+    the output that does not agree (ToleranceExceeded for float outputs,
+    naming the one that differs most). `tolerance`, if given, is the
+    absolute tolerance instead of the derived one."""
     with tempfile.TemporaryDirectory(prefix="tfce-verify-") as workdir:
-        want = run_model(src, feeds, False, workdir)
-        got = run_model(dst, feeds, load_ops, workdir)
+        want = run_model(src, feeds, False, workdir)[TF2]
+        got = run_model(dst, feeds, load_ops, workdir, session=True)
     if tolerance is None:
         scale = max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0))
                      for requests in want.values() for outs in requests
@@ -85,16 +99,20 @@ def verify(src, dst, feeds, load_ops, relative_error, factor=TOLERANCE_FACTOR,
                     default=0.0)
         tolerance = factor * relative_error * scale + ROUNDING_FLOOR * max(scale, 1.0)
     diffs, warnings, worst = {}, [], (0.0, None)
-    for sig, requests in want.items():
-        diffs[sig] = {}
-        for i, outs in enumerate(requests):
-            where = f"signature {sig!r}" + (f" request {i}" if len(requests) > 1 else "")
-            for key, value in outs.items():
-                diff = _difference(where, key, got[sig][i][key], value, outs, tolerance,
-                                   warnings)
-                diffs[sig][key] = max(diffs[sig].get(key, 0.0), diff)
-                if np.issubdtype(value.dtype, np.floating) and not diff <= worst[0]:
-                    worst = (diff, f"{where} output {key!r}")
+    for loader, outputs in got.items():
+        for sig, requests in want.items():
+            diffs.setdefault(sig, {})
+            for i, outs in enumerate(requests):
+                where = f"signature {sig!r}" + (f" request {i}" if len(requests) > 1
+                                                 else "")
+                if loader != TF2:
+                    where += f" through {loader}"
+                for key, value in outs.items():
+                    diff = _difference(where, key, outputs[sig][i][key], value, outs,
+                                       tolerance, warnings)
+                    diffs[sig][key] = max(diffs[sig].get(key, 0.0), diff)
+                    if np.issubdtype(value.dtype, np.floating) and not diff <= worst[0]:
+                        worst = (diff, f"{where} output {key!r}")
     if not worst[0] <= tolerance:
         raise ToleranceExceeded(f"verification: {worst[1]} differs from the source by "
                                 f"{worst[0]:.3g}, above the tolerance {tolerance:.3g}",

@@ -107,9 +107,11 @@ def has_scales(dtype, row_format):
 
 def features_of(op):
     """The Features of a BatchedFusedDecodeAxpy `tf.Operation` (its input
-    tensors; attrs as str)."""
-    n = len(op.get_attr("Ttables"))
-    sizes = {"tables": n, "scales": op.get_attr("num_scales"), "ids": n,
+    tensors; attrs as str). A table the op names (attr table_names) is a
+    new handle to the variable of that name."""
+    names = [name.decode() for name in op.get_attr("table_names")]
+    n = len(names) or len(op.get_attr("Ttables"))
+    sizes = {"tables": 0 if names else n, "scales": op.get_attr("num_scales"), "ids": n,
              "bag_splits": len(op.get_attr("Tsplits")),
              "weights": op.get_attr("num_weights"),
              "num_bags": len(op.get_attr("Tnum_bags"))}
@@ -123,6 +125,11 @@ def features_of(op):
 
     dtypes = [t.name for t in op.get_attr("table_dtypes") or op.get_attr("Ttables")]
     handles = [t == tf.resource for t in op.get_attr("Ttables")]
+    if names:
+        handles = [True] * n
+        lists["tables"] = iter([tf.raw_ops.VarHandleOp(
+            dtype=tf.as_dtype(dtypes[f]), shape=tf.TensorShape(None),
+            shared_name=names[f]) for f in range(n)])
     row_formats, kinds = strings("row_formats"), strings("bag_kinds")
     counts, weighted = strings("bag_counts"), op.get_attr("weighted")
     features = []

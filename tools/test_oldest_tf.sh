@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the package against the oldest supported TensorFlow, with the oldest
 # supported Keras, in a venv of its own, and runs the op, layer and export
-# tests there (the newest is what tools/test.sh itself runs on). Versions come
+# tests there (see below which) (the newest is what tools/test.sh itself runs on). Versions come
 # from tf_compressed_embedding/supported_versions.py.
 #
 # The tree is built in a copy: an in-place build writes _ops.so next to the
@@ -64,9 +64,12 @@ print('TensorFlow', tf.__version__, '| Keras', keras.__version__,
       '| kernels:', tfce.active_isa())"
 
 echo "== op, layer and export tests on TensorFlow $TF_VERSION"
-# The export matrix in the rowwise formats only (int8_split and fp16 export
-# as they did in 0.1.0; the main suite runs every format).
-TFCE_TEST_EXPORT_FORMATS=int8,int4 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+# What depends on TensorFlow's version: the ops, the layers, and the export's
+# graph rewrite, checkpoint reading and CLI (its examples are TF Serving
+# protos). The export matrix in one format: the graph rewrite is the same for
+# every rowwise format, and encoding is numpy. The main suite runs every
+# format, and the export's fault tests (processes killed, disks full), which
+# do not depend on TensorFlow's version.
+TFCE_TEST_EXPORT_FORMATS=int8 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
   tests/tf_compressed_embedding tests/export_tools/test_export.py \
-  tests/export_tools/test_export_io.py tests/export_tools/test_export_cli.py \
-  tests/export_tools/test_export_faults.py "$@"
+  tests/export_tools/test_export_io.py tests/export_tools/test_export_cli.py "$@"

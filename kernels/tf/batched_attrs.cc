@@ -72,6 +72,7 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
                                const std::vector<tensorflow::DataType>& dtypes,
                                const std::vector<tensorflow::DataType>&
                                    table_dtypes,
+                               const std::vector<std::string>& table_names,
                                const InputListSizes& input_lists,
                                const std::vector<std::string>& row_formats,
                                const std::vector<int64_t>& dims,
@@ -82,6 +83,17 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
                                const std::vector<std::string>& names,
                                BatchedAttrs* attrs) {
   const int64_t n = num_features;
+  if (n == 0) {
+    return InvalidArgument(
+        "the op needs at least one table: table inputs (Ttables) or their "
+        "variables' names (attr table_names)");
+  }
+  if (!table_names.empty() && !dtypes.empty()) {
+    return InvalidArgument(
+        "attr table_names names the tables' variables, so there must be no "
+        "table inputs, but Ttables has ",
+        dtypes.size());
+  }
   const std::pair<const char*, size_t> lists[] = {
       {"row_formats", row_formats.size()},
       {"dims", dims.size()},
@@ -123,8 +135,10 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
   attrs->names = names;
   attrs->dims = dims;
   attrs->storages.assign(n, Storage::kInt8Split);
-  attrs->table_is_handle.assign(n, false);
+  attrs->table_names = table_names;
+  attrs->table_is_handle.assign(n, !table_names.empty());
   attrs->table_dtypes = dtypes;
+  attrs->table_dtypes.resize(n, tensorflow::DT_RESOURCE);
   attrs->combiners.assign(n, Combiner::kSum);
   attrs->bag_kinds.assign(n, BagKind::kSegmentIds);
   attrs->bag_counts.assign(n, BagCount::kGiven);
@@ -139,8 +153,13 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
     // its kernel reads the table format.
     TF_RETURN_IF_ERROR(
         attrs->Labeled(f, ParseCombiner(combiners[f], &attrs->combiners[f])));
-    attrs->table_is_handle[f] = dtypes[f] == tensorflow::DT_RESOURCE;
-    tensorflow::DataType table_dtype = dtypes[f];
+    if (table_names.empty()) {
+      attrs->table_is_handle[f] = dtypes[f] == tensorflow::DT_RESOURCE;
+    } else if (table_names[f].empty()) {
+      return attrs->Labeled(
+          f, InvalidArgument("attr table_names gives its table no name"));
+    }
+    tensorflow::DataType table_dtype = attrs->table_dtypes[f];
     if (!table_dtypes.empty()) {
       table_dtype = table_dtypes[f];
       if (!attrs->table_is_handle[f] && dtypes[f] != table_dtype) {
@@ -163,7 +182,7 @@ absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
     TF_RETURN_IF_ERROR(attrs->Labeled(
         f, ParseBagCount(bag_counts[f], &attrs->bag_counts[f])));
     const BagKind kind = attrs->bag_kinds[f];
-    place(BatchedInput::kTables, f);
+    if (table_names.empty()) place(BatchedInput::kTables, f);
     if (attrs->storages[f] == Storage::kInt8Split) {
       place(BatchedInput::kScales, f);
     }

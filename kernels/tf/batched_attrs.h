@@ -47,6 +47,10 @@ struct BatchedAttrs {
   // Whether feature f's table input is a resource variable's handle, read
   // by the op itself (no ReadVariableOp node per table and call).
   std::vector<bool> table_is_handle;
+  // The table_names attr: empty, or each feature's table variable by its
+  // shared name in the device's resource manager (no table inputs then:
+  // table_is_handle is true for every feature, tables' list is empty).
+  std::vector<std::string> table_names;
   std::vector<tensorflow::DataType> table_dtypes;  // each table's elements
   std::vector<int64_t> dims;  // the dims attr: D of rowwise tables, else -1
   std::vector<Combiner> combiners;
@@ -86,12 +90,15 @@ absl::Status ParseBagCount(const std::string& name, BagCount* count);
 // as concat says, each feature's format, combiner, bag kind and bag count,
 // each input list as long as the features that need it) into *attrs.
 // `dtypes` are the table inputs' (Ttables), `table_dtypes` the tables'
-// element types (empty: the same; required for a resource input).
+// element types (empty: the same; required for a resource input),
+// `table_names` the tables' variables by name (empty: they are inputs; else
+// one per feature, and no table inputs).
 absl::Status ParseBatchedAttrs(int64_t num_features, bool concat,
                                int64_t num_outputs,
                                const std::vector<tensorflow::DataType>& dtypes,
                                const std::vector<tensorflow::DataType>&
                                    table_dtypes,
+                               const std::vector<std::string>& table_names,
                                const InputListSizes& input_lists,
                                const std::vector<std::string>& row_formats,
                                const std::vector<int64_t>& dims,
@@ -111,7 +118,7 @@ absl::Status ReadBatchedAttrs(Context* c, BatchedAttrs* attrs) {
   std::vector<tensorflow::DataType> dtypes, table_dtypes, ids, splits,
       num_bags;
   std::vector<std::string> row_formats, combiners, bag_kinds, bag_counts,
-      names;
+      names, table_names;
   std::vector<int64_t> dims;
   std::vector<bool> weighted;
   TF_RETURN_IF_ERROR(c->GetAttr("num_scales", &num_scales));
@@ -122,7 +129,10 @@ absl::Status ReadBatchedAttrs(Context* c, BatchedAttrs* attrs) {
   TF_RETURN_IF_ERROR(c->GetAttr("concat", &concat));
   TF_RETURN_IF_ERROR(c->GetAttr("num_outputs", &num_outputs));
   TF_RETURN_IF_ERROR(c->GetAttr("Ttables", &dtypes));
-  num_features = static_cast<int64_t>(dtypes.size());  // one table each
+  TF_RETURN_IF_ERROR(c->GetAttr("table_names", &table_names));
+  // One table each: an input, or a variable named in table_names.
+  num_features = static_cast<int64_t>(
+      table_names.empty() ? dtypes.size() : table_names.size());
   TF_RETURN_IF_ERROR(c->GetAttr("table_dtypes", &table_dtypes));
   TF_RETURN_IF_ERROR(c->GetAttr("row_formats", &row_formats));
   TF_RETURN_IF_ERROR(c->GetAttr("dims", &dims));
@@ -136,7 +146,7 @@ absl::Status ReadBatchedAttrs(Context* c, BatchedAttrs* attrs) {
       static_cast<int64_t>(splits.size()), num_weights,
       static_cast<int64_t>(num_bags.size())};
   return ParseBatchedAttrs(num_features, concat, num_outputs, dtypes,
-                           table_dtypes, lists,
+                           table_dtypes, table_names, lists,
                            row_formats, dims, combiners, bag_kinds,
                            bag_counts, weighted, names, attrs);
 }

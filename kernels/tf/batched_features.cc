@@ -189,11 +189,22 @@ absl::Status CheckRowSplits(const BatchedFeature& feature, int64_t* offsets) {
 
 }  // namespace
 
-absl::Status ReadTableVariable(tensorflow::OpKernelContext* ctx, int input,
-                               tensorflow::DataType dtype, Tensor* value) {
+absl::Status ReadTableVariable(tensorflow::OpKernelContext* ctx,
+                               const tensorflow::ResourceHandle& handle,
+                               bool named, tensorflow::DataType dtype,
+                               Tensor* value) {
   tensorflow::core::RefCountPtr<tensorflow::Var> variable;
-  const absl::Status found = tensorflow::LookupResource(
-      ctx, tensorflow::HandleFromInput(ctx, input), &variable);
+  const absl::Status found = tensorflow::LookupResource(ctx, handle, &variable);
+  if (!found.ok() && named) {
+    return absl::Status(
+        found.code(),
+        absl::StrCat("no table variable named '", handle.name(),
+                     "' (attr table_names) in container '",
+                     handle.container(), "' of this device's resource "
+                     "manager: create or restore it before the call, in the "
+                     "same session: ",
+                     found.message()));
+  }
   if (!found.ok()) {
     return absl::Status(
         found.code(),

@@ -11,6 +11,7 @@
 #include "kernels/core/kernel_api.h"
 #include "kernels/tf/batched_attrs.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_handle.h"
 #include "tensorflow/core/framework/tensor.h"
 
 namespace tfce {
@@ -41,12 +42,14 @@ struct BatchedFeature {
   bool has_work() const { return num_bags > 0 && table.dim > 0; }
 };
 
-// The value of the resource variable whose handle is input `input`: its
-// tensor, sharing the buffer, as read_value_no_copy() reads it (its
-// copy-on-read mode turned off, so no whole-table copy and no in-place
-// sparse update of the buffer read); `dtype` is what it must hold.
-absl::Status ReadTableVariable(tensorflow::OpKernelContext* ctx, int input,
-                               tensorflow::DataType dtype,
+// The value of the table variable of `handle`: its tensor, sharing the
+// buffer, as read_value_no_copy() reads it (its copy-on-read mode turned
+// off, so no whole-table copy and no in-place sparse update of the buffer
+// read); `dtype` is what it must hold. `named` says how the op was given
+// the handle: by the variable's name (table_names), or as an input.
+absl::Status ReadTableVariable(tensorflow::OpKernelContext* ctx,
+                               const tensorflow::ResourceHandle& handle,
+                               bool named, tensorflow::DataType dtype,
                                tensorflow::Tensor* value);
 
 // Reads the feature's bag inputs: *feature has its table, kind, ids,

@@ -20,6 +20,8 @@
 #include "kernels/tf/parallel_run.h"
 #include "kernels/tf/table_format.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 
@@ -62,15 +64,28 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
     std::vector<Tensor> variables(num_features_);
     for (int64_t f = 0; f < num_features_; ++f) {
       BatchedFeature& feature = features[f];
-      const Tensor* table = &tables[static_cast<int>(f)];
-      if (attrs_.table_is_handle[f]) {
+      const Tensor* table = &variables[f];
+      const bool named = !attrs_.table_names.empty();
+      if (named) {
         OP_REQUIRES_OK(
             ctx, Labeled(f, ReadTableVariable(
                                 ctx,
-                                static_cast<int>(attrs_.InputIndex(
-                                    BatchedInput::kTables, f)),
-                                attrs_.table_dtypes[f], &variables[f])));
-        table = &variables[f];
+                                tensorflow::MakeResourceHandle<tensorflow::Var>(
+                                    ctx, /*container=*/"",
+                                    attrs_.table_names[f]),
+                                named, attrs_.table_dtypes[f],
+                                &variables[f])));
+      } else if (attrs_.table_is_handle[f]) {
+        OP_REQUIRES_OK(
+            ctx, Labeled(f, ReadTableVariable(
+                                ctx,
+                                tensorflow::HandleFromInput(
+                                    ctx, static_cast<int>(attrs_.InputIndex(
+                                             BatchedInput::kTables, f))),
+                                named, attrs_.table_dtypes[f],
+                                &variables[f])));
+      } else {
+        table = &tables[static_cast<int>(f)];
       }
       const Tensor* table_scales =
           input(scales, BatchedInput::kScales, f, &no_floats_);

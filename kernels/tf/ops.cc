@@ -79,7 +79,9 @@ absl::Status BatchedFusedDecodeAxpyShape(InferenceContext* c) {
     const BagCount count = attrs.bag_counts[f];
     const bool matrix = kind == BagKind::kDense || kind == BagKind::kPadded;
     absl::Status status;
-    if (attrs.table_is_handle[f]) {  // the variable's shape, when known
+    if (!attrs.table_names.empty()) {  // a variable known by name only
+      table = c->UnknownShapeOfRank(2);
+    } else if (attrs.table_is_handle[f]) {  // the variable's shape, if known
       const auto* handle = c->input_handle_shapes_and_types(static_cast<int>(
           attrs.InputIndex(BatchedInput::kTables, f)));
       table = handle != nullptr && handle->size() == 1 ? (*handle)[0].shape
@@ -232,8 +234,9 @@ REGISTER_OP("BatchedFusedDecodeAxpy")
     .Input("weights: num_weights * float")
     .Input("num_bags: Tnum_bags")
     .Output("outputs: num_outputs * float")
-    .Attr("Ttables: list({int8, half, uint8, resource}) >= 1")
+    .Attr("Ttables: list({int8, half, uint8, resource}) >= 0")
     .Attr("table_dtypes: list({int8, half, uint8}) >= 0 = []")
+    .Attr("table_names: list(string) = []")
     .Attr("num_scales: int >= 0 = 0")
     .Attr("Tids: list({int32, int64})")
     .Attr("Tsplits: list({int32, int64}) >= 0 = []")
@@ -250,8 +253,8 @@ REGISTER_OP("BatchedFusedDecodeAxpy")
     .Attr("feature_names: list(string) = []")
     .SetShapeFn(BatchedFusedDecodeAxpyShape)
     .Doc(R"doc(
-Pools N features (N = len(tables)), each over its own compressed table, in
-one call: the
+Pools N features (N = len(tables), or len(table_names)), each over its own
+compressed table, in one call: the
 results of N FusedDecodeAxpy calls, one per feature f on tables[f] with
 ids[f], its bags, its weights and combiners[f], as N outputs or (concat)
 side by side in one [num_bags, sum of dims] output.
@@ -287,8 +290,13 @@ tables: N tables: [V, D] int8 or half rows (row_formats[f] 'plain'), or
   each a tensor, or a resource variable's handle that the op reads itself
   (no ReadVariableOp node per table), as read_value_no_copy() reads it: the
   variable's copy-on-read mode turned off, its buffer shared.
-table_dtypes: each table's dtype (needed when a table is a handle), or
-  empty when every table is a tensor.
+table_dtypes: each table's dtype (needed when a table is a handle or
+  named), or empty when every table is a tensor.
+table_names: empty (the tables are inputs), or instead of table inputs the
+  shared name of each feature's table variable, which the op looks up in
+  its device's resource manager (default container) on every call and reads
+  as a handle input. For graphs run by a Session (TF Serving), where the
+  variables live there by these names: no handle node per table and call.
 scales: the float32 [V] scales of each 'plain' int8 table.
 ids: N id tensors, each id in [0, V) of its table: vectors, or [rows,
   width] matrices for 'dense' and 'padded' features.

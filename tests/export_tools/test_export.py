@@ -21,15 +21,14 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 import export_models
-from export_tools import ExportError, compress_saved_model
+from export_tools import ExportError, compress_saved_model, session_tables
 from tf_compressed_embedding import quantization
 from repo_paths import SUPPORT
 
 EXPORTABLE = [k for k, b in export_models.BUILDERS.items() if not k.startswith("refuse_")]
 # TFCE_TEST_EXPORT_FORMATS (comma-separated) limits the formats exported
-# here: tools/test_oldest_tf.sh runs the rowwise ones on the oldest
-# TensorFlow, where the whole matrix would double CI's time; the main suite
-# runs every format.
+# here: tools/test_oldest_tf.sh runs one on the oldest TensorFlow, where the
+# whole matrix would double CI's time; the main suite runs every format.
 FORMATS = tuple(quantization.check_format(f) for f in os.environ.get(
     "TFCE_TEST_EXPORT_FORMATS", ",".join(quantization.FORMATS)).split(","))
 VARIANTS = [(d, o) for d in FORMATS for o in ("fused", "stock")]
@@ -242,9 +241,11 @@ def test_checkpoint_holds_compressed_tables_only(exported, kind, variant):
         assert ops_used & FUSED_OPS
         for node in nodes:
             if node.op == "BatchedFusedDecodeAxpy":  # per-feature list attrs
-                # tables go in as variable handles, their dtypes in an attr
-                assert {tf.as_dtype(t) for t in node.attr["Ttables"].list.type} \
-                    == {tf.resource}
+                # tables go in as variable handles (or, in the Session path's
+                # copies, by their variables' names), their dtypes in an attr
+                types = {tf.as_dtype(t) for t in node.attr["Ttables"].list.type}
+                assert types == {tf.resource} or (
+                    not types and node.attr["table_names"].list.s)
                 assert {tf.as_dtype(t) for t in node.attr["table_dtypes"].list.type} \
                     == {storage}
                 row_formats = {f.decode() for f in node.attr["row_formats"].list.s}
@@ -287,9 +288,15 @@ def _pooled_features(function):
     """(FusedDecodeAxpy nodes, BatchedFusedDecodeAxpy nodes, the features
     they pool) in one function of a meta graph."""
     fused = sum(n.op == "FusedDecodeAxpy" for n in function.node_def)
-    batched = [len(n.attr["Ttables"].list.type) for n in function.node_def
-               if n.op == "BatchedFusedDecodeAxpy"]
+    batched = [len(n.attr["Ttables"].list.type) or len(n.attr["table_names"].list.s)
+               for n in function.node_def if n.op == "BatchedFusedDecodeAxpy"]
     return fused, len(batched), fused + sum(batched)
+
+
+def _object_graph_functions(meta):
+    """The library's functions but the Session path's copies (session_tables)."""
+    return [f for f in meta.graph_def.library.function
+            if not f.signature.name.endswith(session_tables.COPY_SUFFIX)]
 
 
 @pytest.mark.parametrize("dtype", FORMATS)
@@ -303,7 +310,7 @@ def test_pooled_lookups_become_one_batched_node(exported, kind, dtype):
     counts = collections.Counter(n.op for f in meta.graph_def.library.function
                                  for n in f.node_def)
     features = 0
-    for function in meta.graph_def.library.function:
+    for function in _object_graph_functions(meta):
         fused, batched, pooled = _pooled_features(function)
         features += pooled
         if pooled >= 2:  # no model here chains one pooled lookup into another
@@ -354,7 +361,7 @@ def test_batched_node_absorbs_id_preprocessing(tmp_path):
         paths[batch] = str(tmp_path / f"batch_{batch}")
         compress_saved_model(src, paths[batch], dtype="int8", ops="fused", min_rows=1,
                              verify=True, isolate=False, batch=batch)
-        function = max(_meta_graph(paths[batch]).graph_def.library.function,
+        function = max(_object_graph_functions(_meta_graph(paths[batch])),
                        key=lambda f: len(f.node_def))
         nodes[batch] = [n for n in function.node_def if n.op != "Const"]
     batched = [n for n in nodes[True] if n.op == "BatchedFusedDecodeAxpy"]
@@ -424,6 +431,26 @@ class _ConcatenatedLookups(tf.Module):
         return {"out": tf.concat(pooled, axis=1), "first": pooled[0]}
 
 
+def _concatenated_lookups_feeds(signatures):
+    """(ragged ids, dense input, {signature: feed}, the feeds as numpy
+    examples) for _ConcatenatedLookups' `signatures`. Verification's own
+    inputs would not give the dense input and the ragged ones the same rows:
+    it is given these."""
+    ids = [tf.ragged.constant(v, tf.int64) for v in (
+        [[1, 2], [], [3, 4, 49], [7]], [[0], [39, 39], [5], [1, 2, 3]],
+        [[29], [0, 1], [], [2]])]
+    dense = tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3))
+    feeds = {key: {} for key in signatures}
+    for key, feed in feeds.items():
+        for name, ragged in zip("abc", ids):
+            feed[name], feed[name + "_1"] = ragged.flat_values, ragged.row_splits
+        if key == "mlp":
+            feed["dense"] = dense
+    examples = {key: {name: value.numpy() for name, value in feed.items()}
+                for key, feed in feeds.items()}
+    return ids, dense, feeds, examples
+
+
 def test_batched_node_writes_the_concatenation_a_concat_takes(tmp_path):
     """Lookups whose one use is a concat side by side become one batched
     node with its concatenated output (in the concat's order), which the
@@ -435,27 +462,15 @@ def test_batched_node_writes_the_concatenation_a_concat_takes(tmp_path):
     signatures = {"mlp": module.mlp, "only_pooled": module.only_pooled,
                   "shared": module.shared}
     tf.saved_model.save(module, src, signatures=signatures)
-    # Verification's own inputs would not give the dense input and the
-    # ragged ones the same rows: it is given these.
-    ids = [tf.ragged.constant(v, tf.int64) for v in (
-        [[1, 2], [], [3, 4, 49], [7]], [[0], [39, 39], [5], [1, 2, 3]],
-        [[29], [0, 1], [], [2]])]
-    dense = tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3))
+    ids, dense, feeds, examples = _concatenated_lookups_feeds(signatures)
     inputs = {"mlp": (*ids, dense), "only_pooled": ids, "shared": ids}
-    feeds = {key: {} for key in signatures}
-    for feed in feeds.values():
-        for name, ragged in zip("abc", ids):
-            feed[name], feed[name + "_1"] = ragged.flat_values, ragged.row_splits
-    feeds["mlp"]["dense"] = dense
-    examples = {key: {name: value.numpy() for name, value in feed.items()}
-                for key, feed in feeds.items()}
     paths = {}
     for batch in (True, False):
         paths[batch] = str(tmp_path / f"batch_{batch}")
         compress_saved_model(src, paths[batch], dtype="int8", ops="fused", min_rows=1,
                              verify=True, examples=examples, isolate=False, batch=batch)
     shapes = []
-    for function in _meta_graph(paths[True]).graph_def.library.function:
+    for function in _object_graph_functions(_meta_graph(paths[True])):
         for node in function.node_def:
             if node.op != "BatchedFusedDecodeAxpy":
                 continue
@@ -492,6 +507,84 @@ def test_batched_node_writes_the_concatenation_a_concat_takes(tmp_path):
                                for k, v in feeds["mlp"].items()})
         np.testing.assert_array_equal(out, loaded[False].signatures["mlp"](
             **feeds["mlp"])["out"], err_msg=f"Session, batch={batch}")
+
+
+def test_session_path_reads_the_tables_by_name(tmp_path):
+    """TF Serving's path runs copies of the signature functions whose batched
+    node names its tables (export_tools/session_tables.py): once Grappler
+    has inlined the calls, the Session runs no handle node for a table, only
+    the MLP weights' one. The object graph's functions keep the handles, and
+    both loaders give the same outputs, bit for bit."""
+    module = _ConcatenatedLookups()
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    tf.saved_model.save(module, src, signatures={"mlp": module.mlp})
+    _, _, feeds, examples = _concatenated_lookups_feeds(["mlp"])
+    compress_saved_model(src, dst, dtype="int8", ops="fused", min_rows=1, verify=True,
+                         examples=examples, isolate=False)
+    meta = _meta_graph(dst)
+    shared_names = {n.name: n.attr["shared_name"].s.decode()
+                    for n in meta.graph_def.node if n.op == "VarHandleOp"}
+    tables = {name for name in shared_names.values()
+              if name.startswith("compressed_table_")}
+    assert len(tables) == 3, shared_names
+    (call,) = [n for n in meta.graph_def.node if n.op in session_tables.CALL_OPS
+               and n.attr["f"].func.name.endswith(session_tables.COPY_SUFFIX)]
+    assert not {shared_names.get(i.split(":")[0]) for i in call.input} & tables
+    functions = {f.signature.name: f for f in meta.graph_def.library.function}
+    for name, function in functions.items():
+        for node in function.node_def:
+            if node.op != "BatchedFusedDecodeAxpy":
+                continue
+            if name.endswith(session_tables.COPY_SUFFIX):
+                assert not node.attr["Ttables"].list.type
+                assert {t.decode() for t in node.attr["table_names"].list.s} == tables
+            else:  # what tf.saved_model.load runs
+                assert list(node.attr["Ttables"].list.type) == [tf.resource] * 3
+                assert not node.attr["table_names"].list.s
+    assert sum(name.endswith(session_tables.COPY_SUFFIX) for name in functions) == 2
+
+    with tf.compat.v1.Session(graph=tf.Graph()) as session:
+        signature = tf.compat.v1.saved_model.loader.load(
+            session, ["serve"], dst).signature_def["mlp"]
+        metadata = tf.compat.v1.RunMetadata()
+        out = session.run(signature.outputs["out"].name,
+                          {signature.inputs[k].name: v.numpy()
+                           for k, v in feeds["mlp"].items()},
+                          options=tf.compat.v1.RunOptions(output_partition_graphs=True),
+                          run_metadata=metadata)
+    ran = [n for graph in metadata.partition_graphs for n in graph.node]
+    ops = collections.Counter(n.op for n in ran)
+    assert ops["BatchedFusedDecodeAxpy"] == 1 and ops["MatMul"] == 1, ops
+    assert not any(ops[op] for op in session_tables.CALL_OPS), ops
+    handles = [n.attr["shared_name"].s.decode() for n in ran if n.op == "VarHandleOp"]
+    assert len(handles) == 1 and handles[0] not in tables, handles
+    want = tf.saved_model.load(dst).signatures["mlp"](**feeds["mlp"])["out"]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_verification_runs_the_session_path(tmp_path, monkeypatch):
+    """An export whose Session path reads the wrong tables fails
+    verification, naming that loader."""
+    module = _ConcatenatedLookups()
+    src = str(tmp_path / "src")
+    tf.saved_model.save(module, src, signatures={"only_pooled": module.only_pooled})
+    _, _, _, examples = _concatenated_lookups_feeds(["only_pooled"])
+    name_tables = session_tables.name_tables
+
+    def swapped(meta):  # the first two tables' names swapped
+        named = name_tables(meta)
+        for function in meta.graph_def.library.function:
+            for node in function.node_def:
+                if "table_names" in node.attr:  # the Session path's nodes
+                    names = node.attr["table_names"].list.s
+                    names[0], names[1] = names[1], names[0]
+        return named
+
+    monkeypatch.setattr(session_tables, "name_tables", swapped)
+    with pytest.raises(ExportError, match=r"verification: .*the Session loader "
+                                          r"\(TF Serving's path\)"):
+        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", ops="fused",
+                             min_rows=1, examples=examples, isolate=False)
 
 
 @pytest.mark.parametrize("kind", sorted(FUSED_POOLING))

@@ -647,15 +647,17 @@ class BatchedPythonApiTest(tf.test.TestCase):
              (cts[0], cts[1], cts[0])], axis=1))
 
 
+def handle_feature(handle, dtype, fmt="fp16", ids=(1, 2)):
+    """A one-bag feature whose table is `handle` (or any tensor) of `dtype`."""
+    return _batched_inputs.Feature(
+        table=handle, ids=np.array(ids, np.int64), bag_kind="segment_ids",
+        row_format=quantization.op_row_format(fmt),
+        bag_splits=np.zeros(len(ids), np.int64), num_bags=np.int64(1),
+        table_dtype=dtype)
+
+
 class BatchedVariableTablesTest(tf.test.TestCase, parameterized.TestCase):
     """Tables given as resource variable handles, which the op reads."""
-
-    def handle_feature(self, handle, dtype, fmt="fp16", ids=(1, 2)):
-        row_format = quantization.op_row_format(fmt)
-        return _batched_inputs.Feature(
-            table=handle, ids=np.array(ids, np.int64), bag_kind="segment_ids",
-            row_format=row_format, bag_splits=np.zeros(len(ids), np.int64),
-            num_bags=np.int64(1), table_dtype=dtype)
 
     def run_features(self, features, **overrides):
         args = _batched_inputs.layout(features)
@@ -700,21 +702,21 @@ class BatchedVariableTablesTest(tf.test.TestCase, parameterized.TestCase):
                                     r"feature 0: table variable not found "
                                     r"\(create and initialize or restore it "
                                     r"before the call\): .*tfce_never_assigned"):
-            self.run_features([self.handle_feature(handle, tf.float16)])
+            self.run_features([handle_feature(handle, tf.float16)])
 
     def test_variable_of_another_dtype_is_named(self):
         variable = tf.Variable(np.ones((4, 2), np.float16))
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
                                     r"feature 0: table variable holds half but "
                                     r"attr table_dtypes says uint8"):
-            self.run_features([self.handle_feature(variable.handle, tf.uint8,
+            self.run_features([handle_feature(variable.handle, tf.uint8,
                                                    fmt="int8")],
                               dims=[2])
 
     def test_table_dtypes_attr_errors(self):
         variable = tf.Variable(np.ones((4, 2), np.float16))
-        feature = self.handle_feature(variable.handle, tf.float16)
-        tensor = self.handle_feature(tf.constant(np.ones((4, 2), np.float16)),
+        feature = handle_feature(variable.handle, tf.float16)
+        tensor = handle_feature(tf.constant(np.ones((4, 2), np.float16)),
                                      tf.float16)
         cases = [
             ({"table_dtypes": []}, r"feature 0: a table given as a resource "
@@ -735,6 +737,145 @@ class BatchedVariableTablesTest(tf.test.TestCase, parameterized.TestCase):
                                                 "every feature or for none"):
             _batched_inputs.layout([feature, dataclasses.replace(tensor, table_dtype=None)])
 
+
+class BatchedNamedTablesTest(tf.test.TestCase, parameterized.TestCase):
+    """Tables named by their variables' shared names (attr table_names), as
+    the export writes them for the Session path: the op looks each one up in
+    its device's resource manager, with no table inputs."""
+
+    def named_variable(self, name, value):
+        handle = tf.raw_ops.VarHandleOp(dtype=tf.as_dtype(value.dtype),
+                                        shape=value.shape, shared_name=name)
+        tf.raw_ops.AssignVariableOp(resource=handle, value=value)
+        return handle
+
+    def by_name(self, features, names, **overrides):
+        args = _batched_inputs.layout(features)
+        args.update(tables=[], table_names=names, num_outputs=len(features))
+        args.update(overrides)
+        return _loader.ops().batched_fused_decode_axpy(**args)
+
+    @parameterized.parameters(*FORMATS)
+    def test_named_tables_equal_their_handles(self, fmt):
+        rng = np.random.default_rng(44)
+        cts, features, names = [], [], []
+        for t in range(2):
+            ct, ids, weights = random_feature(rng, fmt, 5 + 8 * t, kind="ragged",
+                                              weighted=True)
+            cts.append((ct, ids, weights))
+        # Two features share the first table, as a shared handle would.
+        for t in (0, 1, 0):
+            ct, ids, weights = cts[t]
+            name = f"tfce_named_{fmt}_{t}"
+            handle = self.named_variable(name, ct.data.numpy())
+            table = _table_inputs(ct)
+            features.append(_batched_inputs.Feature(
+                table=handle, table_dtype=ct.data.dtype,
+                scales=table["scales"] if fmt == "int8_split" else None,
+                ids=ids.flat_values, bag_kind="row_splits", bag_splits=ids.row_splits,
+                weights=weights.flat_values, num_bags=ROWS_OF_BAGS,
+                row_format=table.get("row_format", "plain"), dim=table.get("dim", -1),
+                combiner="mean"))
+            names.append(name)
+        want = tfce.batched_embedding_lookup_sparse(
+            [cts[t][0] for t in (0, 1, 0)], [cts[t][1] for t in (0, 1, 0)],
+            [cts[t][2] for t in (0, 1, 0)])
+        got = self.by_name(features, names)
+        for g, w in zip(got, want):
+            self.assertAllEqual(g, w)
+
+    def test_session_reads_the_variables_it_restored_by_name(self):
+        # The Session path: the graph's VarHandleOp creates the variable by
+        # its shared name; the op node has no input from it.
+        data, _ = quantization.encode(np.arange(12, dtype=np.float32).reshape(4, 3),
+                                      "int8")
+        with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+            handle = tf.raw_ops.VarHandleOp(dtype=tf.uint8, shape=data.shape,
+                                            shared_name="tfce_session_table")
+            session.run(tf.raw_ops.AssignVariableOp(resource=handle, value=data))
+            feature = _batched_inputs.Feature(
+                table=handle, table_dtype=tf.uint8, ids=np.array([3, 1, 2], np.int64),
+                bag_kind="segment_ids", bag_splits=np.array([0, 0, 1], np.int64),
+                num_bags=np.int64(2), row_format="int8_rowwise", dim=3,
+                combiner="sum")
+            named = self.by_name([feature], ["tfce_session_table"])[0]
+            self.assertEqual([i.op.type for i in named.op.inputs],
+                             ["Const"] * 3)  # ids, bag splits, num_bags
+            args = _batched_inputs.layout([feature])
+            args.update(num_outputs=1)
+            handles = _loader.ops().batched_fused_decode_axpy(**args)[0]
+            got, want = session.run([named, handles])
+        self.assertAllEqual(got, want)
+        decoded = quantization.decode(data, np.zeros(0, np.float32), "int8", 3)
+        self.assertAllClose(got, [decoded[3] + decoded[1], decoded[2]])
+
+    def test_weights_gradient_of_named_tables_equals_their_handles(self):
+        # The gradient reads the tables again: by a handle of the same name.
+        rng = np.random.default_rng(45)
+        features, weights = [], []
+        for f, fmt in enumerate(("int8", "int4")):
+            ct, ids, w = random_feature(rng, fmt, 6 + f, kind="ragged", weighted=True)
+            table = _table_inputs(ct)
+            weights.append(tf.constant(w.flat_values))
+            features.append(_batched_inputs.Feature(
+                table=self.named_variable(f"tfce_named_grad_{f}", ct.data.numpy()),
+                table_dtype=tf.uint8, ids=ids.flat_values, bag_kind="row_splits",
+                bag_splits=ids.row_splits, weights=weights[-1],
+                num_bags=ROWS_OF_BAGS, row_format=table["row_format"],
+                dim=table["dim"], combiner="sqrtn"))
+        grads = {}
+        for named in (True, False):
+            with tf.GradientTape() as tape:
+                tape.watch(weights)
+                given = [dataclasses.replace(f, weights=w)
+                         for f, w in zip(features, weights)]
+                if named:
+                    out = self.by_name(given, ["tfce_named_grad_0", "tfce_named_grad_1"])
+                else:
+                    args = _batched_inputs.layout(given)
+                    out = _loader.ops().batched_fused_decode_axpy(num_outputs=2, **args)
+                loss = sum(tf.reduce_sum(o * o) for o in out)
+            grads[named] = tape.gradient(loss, weights)
+        for g, w in zip(grads[True], grads[False]):
+            self.assertAllEqual(g, w)
+            self.assertGreater(float(tf.reduce_max(tf.abs(g))), 0.0)
+
+    def test_missing_variable_is_named(self):
+        feature = handle_feature(
+            tf.constant(np.ones((4, 2), np.float16)), tf.float16)
+        with self.assertRaisesRegex(tf.errors.NotFoundError,
+                                    r"feature 0: no table variable named "
+                                    r"'tfce_never_created' \(attr table_names\) in "
+                                    r"container '.*' of this device's resource "
+                                    r"manager: create or restore it before the call"):
+            self.by_name([feature], ["tfce_never_created"])
+
+    def test_table_names_attr_errors(self):
+        self.named_variable("tfce_named_errors", np.ones((4, 2), np.float16))
+        feature = handle_feature(
+            tf.constant(np.ones((4, 2), np.float16)), tf.float16)
+        cases = [
+            ({"table_names": [""]}, r"feature 0: attr table_names gives its table "
+                                    r"no name"),
+            ({"table_dtypes": []}, r"feature 0: a table given as a resource "
+                                   r"variable needs its dtype in attr table_dtypes"),
+            ({"table_names": ["tfce_named_errors"] * 2},
+             r"attr row_formats must have one entry per feature \(N = 2\)"),
+            ({"tables": [feature.table]}, r"attr table_names names the tables' "
+                                          r"variables, so there must be no table "
+                                          r"inputs, but Ttables has 1"),
+            ({"table_names": []}, r"the op needs at least one table: table inputs "
+                                  r"\(Ttables\) or their variables' names"),
+        ]
+        for overrides, pattern in cases:
+            with self.subTest(pattern=pattern):
+                with self.assertRaisesRegex(tf.errors.InvalidArgumentError, pattern):
+                    self.by_name([feature], ["tfce_named_errors"], **overrides)
+        # Checked when a graph is built, too (the shape function).
+        with tf.Graph().as_default():
+            with self.assertRaisesRegex(ValueError, r"attr table_names gives its "
+                                                    r"table no name"):
+                self.by_name([feature], [""])
 
 def weight_values(weights):
     """The flat tensor of a feature's ragged, sparse or dense weights."""
