@@ -43,9 +43,9 @@ def name_tables(meta_graph):
             source = nodes.get(name.split(":")[0])
             if (source is not None and source.op == "VarHandleOp"
                     and name.split(":")[1:] in ([], ["0"])
-                    and not source.attr["container"].s):
+                    and not _string_attr(source, "container")):
                 # An empty shared_name means the node's name (VarHandleOp's doc).
-                handles[index] = source.attr["shared_name"].s.decode() or source.name
+                handles[index] = _string_attr(source, "shared_name") or source.name
         if handles:
             rewriter.rewrite_call(node, handles)
     return rewriter.named_nodes
@@ -131,6 +131,13 @@ def _name_batched_tables(node, named):
     node.attr["Ttables"].list.SetInParent()
     del node.input[:len(types)]
     return True
+
+
+def _string_attr(node, name):
+    """A string attr's value, "" when the node leaves it at its default
+    (reading node.attr[name] would add an attr without a value, which
+    loaders refuse)."""
+    return node.attr[name].s.decode() if name in node.attr else ""
 
 
 def _data_inputs(node):

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "kernels/core/batched_pool.h"
 #include "kernels/core/dispatch.h"
 #include "kernels/core/kernel_api.h"
@@ -59,31 +60,37 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
       const int64_t position = attrs_.Position(which, f);
       return position < 0 ? absent : &list[static_cast<int>(position)];
     };
+    if (!attrs_.table_names.empty()) {
+      // The named tables' handles, made on the first call as a graph's
+      // VarHandleOp makes its handle (empty container: the resource
+      // manager's default). Not in the constructor: Grappler's constant
+      // folding constructs kernels on a bare DeviceBase, which has no name
+      // for a handle.
+      absl::call_once(named_tables_once_, [&] {
+        for (const std::string& name : attrs_.table_names) {
+          named_tables_.push_back(
+              tensorflow::MakeResourceHandle<tensorflow::Var>(
+                  ctx, /*container=*/"", name));
+        }
+      });
+    }
     std::vector<BatchedFeature> features(num_features_);
     // The values of tables given as variable handles, held for the call.
     std::vector<Tensor> variables(num_features_);
     for (int64_t f = 0; f < num_features_; ++f) {
       BatchedFeature& feature = features[f];
       const Tensor* table = &variables[f];
-      const bool named = !attrs_.table_names.empty();
-      if (named) {
-        OP_REQUIRES_OK(
-            ctx, Labeled(f, ReadTableVariable(
-                                ctx,
-                                tensorflow::MakeResourceHandle<tensorflow::Var>(
-                                    ctx, /*container=*/"",
-                                    attrs_.table_names[f]),
-                                named, attrs_.table_dtypes[f],
-                                &variables[f])));
-      } else if (attrs_.table_is_handle[f]) {
-        OP_REQUIRES_OK(
-            ctx, Labeled(f, ReadTableVariable(
-                                ctx,
-                                tensorflow::HandleFromInput(
-                                    ctx, static_cast<int>(attrs_.InputIndex(
-                                             BatchedInput::kTables, f))),
-                                named, attrs_.table_dtypes[f],
-                                &variables[f])));
+      if (attrs_.table_is_handle[f]) {
+        const bool named = !named_tables_.empty();
+        const tensorflow::ResourceHandle& handle =
+            named ? named_tables_[f]
+                  : tensorflow::HandleFromInput(
+                        ctx, static_cast<int>(attrs_.InputIndex(
+                                 BatchedInput::kTables, f)));
+        OP_REQUIRES_OK(ctx, Labeled(f, ReadTableVariable(
+                                           ctx, handle, named,
+                                           attrs_.table_dtypes[f],
+                                           &variables[f])));
       } else {
         table = &tables[static_cast<int>(f)];
       }
@@ -264,6 +271,8 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
   // The scales of a table without them, the weights of an unweighted
   // feature: [0].
   const Tensor no_floats_{tensorflow::DT_FLOAT, TensorShape({0})};
+  absl::once_flag named_tables_once_;
+  std::vector<tensorflow::ResourceHandle> named_tables_;  // by table_names
   int64_t num_features_ = 0;
   bool concat_ = false;
 };
