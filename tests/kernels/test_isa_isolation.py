@@ -129,3 +129,19 @@ def test_rowwise_pool_kernels_prefetch_records(isa_struct, rows):
     without = sorted(f for f, insns in drivers.items()
                      if not any(op == "prefetcht0" for op, _ in insns))
     assert without == []
+
+
+def test_batched_tile_runner_prefetches_across_tiles():
+    """The batched op's tile runner (RunPoolTiles) requests the next tiles'
+    first rows, the row prefetch and a split table's scale prefetch, while
+    it pools the current tile. Its prefetch helper was an out-of-line
+    function, so GCC deleted every call to it and the runner shipped
+    without a single prefetch."""
+    functions = instructions(_loader.library_path())
+    runner = {f: insns for f, insns in functions.items()
+              if f.startswith("tfce::RunPoolTiles(")}
+    assert runner, "RunPoolTiles not found"
+    prefetches = [args for insns in runner.values()
+                  for op, args in insns if op == "prefetcht0"]
+    assert any(not a.endswith(",4)") for a in prefetches), prefetches
+    assert any(a.endswith(",4)") for a in prefetches), prefetches
