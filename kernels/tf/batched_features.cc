@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -135,27 +136,24 @@ absl::Status PackPadded(tensorflow::OpKernelContext* ctx,
   const Tensor& weights = *feature->weights;
   const int64_t rows = ids.dim_size(0);
   const TensorShape capacity({ids.NumElements()});
-  TF_RETURN_IF_ERROR(
-      ctx->allocate_temp(ids.dtype(), capacity, &feature->packed_ids));
+  BatchedFeature::Packed& packed = feature->packed.emplace();
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(ids.dtype(), capacity, &packed.ids));
   const bool weighted = weights.dims() == 2;
   TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_FLOAT,
                                         weighted ? capacity : TensorShape({0}),
-                                        &feature->packed_weights));
+                                        &packed.weights));
   TF_RETURN_IF_ERROR(ctx->allocate_temp(
-      tensorflow::DT_INT64, TensorShape({rows + 1}), &feature->padded_offsets));
-  int64_t* offsets = feature->padded_offsets.flat<int64_t>().data();
+      tensorflow::DT_INT64, TensorShape({rows + 1}), &packed.offsets));
+  int64_t* offsets = packed.offsets.flat<int64_t>().data();
   int64_t rows_with_ids = 0;
-  TF_RETURN_IF_ERROR(
-      PackPaddedIds(ids, weights, feature->table.rows, &feature->packed_ids,
-                    &feature->packed_weights, offsets, &rows_with_ids));
+  TF_RETURN_IF_ERROR(PackPaddedIds(ids, weights, feature->table.rows,
+                                   &packed.ids, &packed.weights, offsets,
+                                   &rows_with_ids));
   feature->num_ids = offsets[rows];
-  feature->packed_ids = feature->packed_ids.Slice(0, feature->num_ids);
-  if (weighted) {
-    feature->packed_weights =
-        feature->packed_weights.Slice(0, feature->num_ids);
-  }
-  feature->ids = &feature->packed_ids;
-  feature->weights = &feature->packed_weights;
+  packed.ids = packed.ids.Slice(0, feature->num_ids);
+  if (weighted) packed.weights = packed.weights.Slice(0, feature->num_ids);
+  feature->ids = &packed.ids;
+  feature->weights = &packed.weights;
   if (feature->num_bags == kRowsWithIds) {
     feature->num_bags = rows_with_ids;
   } else if (feature->num_bags < rows_with_ids) {
@@ -189,12 +187,45 @@ absl::Status CheckRowSplits(const BatchedFeature& feature, int64_t* offsets) {
 
 }  // namespace
 
+std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>>
+LookupTableVariables(
+    tensorflow::OpKernelContext* ctx,
+    const std::vector<const tensorflow::ResourceHandle*>& handles) {
+  std::vector<const tensorflow::ResourceHandle*> managed;
+  std::vector<size_t> positions;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (handles[i] != nullptr && !handles[i]->IsRefCounting()) {
+      managed.push_back(handles[i]);
+      positions.push_back(i);
+    }
+  }
+  std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> found;
+  std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> variables(
+      handles.size());
+  // Not OK: a handle of another device or type; all stay null, and each
+  // feature's own lookup names it.
+  if (managed.empty() ||
+      !tensorflow::LookupResources(ctx, managed, &found).ok()) {
+    return variables;
+  }
+  for (size_t j = 0; j < managed.size(); ++j) {
+    variables[positions[j]] = std::move(found[j]);
+  }
+  return variables;
+}
+
 absl::Status ReadTableVariable(tensorflow::OpKernelContext* ctx,
                                const tensorflow::ResourceHandle& handle,
-                               bool named, tensorflow::DataType dtype,
-                               Tensor* value) {
+                               tensorflow::Var* found_variable, bool named,
+                               tensorflow::DataType dtype, Tensor* value) {
   tensorflow::core::RefCountPtr<tensorflow::Var> variable;
-  const absl::Status found = tensorflow::LookupResource(ctx, handle, &variable);
+  absl::Status found = absl::OkStatus();
+  if (found_variable != nullptr) {
+    found_variable->Ref();
+    variable.reset(found_variable);
+  } else {
+    found = tensorflow::LookupResource(ctx, handle, &variable);
+  }
   if (!found.ok() && named) {
     return absl::Status(
         found.code(),
@@ -270,8 +301,9 @@ absl::Status CheckBags(const BatchedFeature& feature, int64_t* offsets) {
       return absl::OkStatus();
     case BagKind::kPadded:
       if (offsets != nullptr) {  // rows past ids' are empty bags
-        const int64_t rows = feature.padded_offsets.dim_size(0) - 1;
-        const int64_t* packed = feature.padded_offsets.flat<int64_t>().data();
+        const Tensor& packed_offsets = feature.packed->offsets;
+        const int64_t rows = packed_offsets.dim_size(0) - 1;
+        const int64_t* packed = packed_offsets.flat<int64_t>().data();
         for (int64_t b = 0; b <= feature.num_bags; ++b) {
           offsets[b] = packed[std::min(b, rows)];
         }

@@ -6,12 +6,15 @@
 #define TFCE_KERNELS_TF_BATCHED_FEATURES_H_
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/core/kernel_api.h"
 #include "kernels/tf/batched_attrs.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_handle.h"
+#include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/tensor.h"
 
 namespace tfce {
@@ -36,20 +39,37 @@ struct BatchedFeature {
   const tensorflow::Tensor* weights = nullptr;     // [num_ids], [rows, w], [0]
   int64_t num_ids = 0;
   int64_t num_bags = 0;
-  // kPadded: the ids >= 0 (and their weights) packed row by row, and their
-  // rows' offsets; `ids` and `weights` point at the packed copies.
-  tensorflow::Tensor packed_ids, packed_weights, padded_offsets;
+  // kPadded only: the ids >= 0 (and their weights) packed row by row, and
+  // their rows' offsets; `ids` and `weights` point at the packed copies.
+  // Optional so the other kinds make and destroy no Tensor per call.
+  struct Packed {
+    tensorflow::Tensor ids, weights, offsets;
+  };
+  std::optional<Packed> packed;
   bool has_work() const { return num_bags > 0 && table.dim > 0; }
 };
 
-// The value of the table variable of `handle`: its tensor, sharing the
-// buffer, as read_value_no_copy() reads it (its copy-on-read mode turned
-// off, so no whole-table copy and no in-place sparse update of the buffer
-// read); `dtype` is what it must hold. `named` says how the op was given
-// the handle: by the variable's name (table_names), or as an input.
+// The table variables of `handles` (null: a feature without one) looked up
+// under one hold of the resource manager's lock (LookupResources), instead
+// of one per table. A handle not found this way (missing, of another device
+// or type, or a ref-counting eager handle, which no manager holds) is left
+// null: ReadTableVariable then looks it up alone and reports it.
+std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>>
+LookupTableVariables(tensorflow::OpKernelContext* ctx,
+                     const std::vector<const tensorflow::ResourceHandle*>&
+                         handles);
+
+// The value of the table variable of `handle` (`found`: the variable
+// itself when LookupTableVariables found it, else null): its tensor,
+// sharing the buffer, as read_value_no_copy() reads it (its copy-on-read
+// mode turned off, so no whole-table copy and no in-place sparse update of
+// the buffer read); `dtype` is what it must hold. `named` says how the op
+// was given the handle: by the variable's name (table_names), or as an
+// input.
 absl::Status ReadTableVariable(tensorflow::OpKernelContext* ctx,
                                const tensorflow::ResourceHandle& handle,
-                               bool named, tensorflow::DataType dtype,
+                               tensorflow::Var* found, bool named,
+                               tensorflow::DataType dtype,
                                tensorflow::Tensor* value);
 
 // Reads the feature's bag inputs: *feature has its table, kind, ids,

@@ -74,22 +74,28 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
         }
       });
     }
+    const bool named = !named_tables_.empty();
+    std::vector<const tensorflow::ResourceHandle*> handles(num_features_,
+                                                          nullptr);
+    for (int64_t f = 0; f < num_features_; ++f) {
+      if (!attrs_.table_is_handle[f]) continue;
+      handles[f] = named ? &named_tables_[f]
+                         : &tensorflow::HandleFromInput(
+                               ctx, static_cast<int>(attrs_.InputIndex(
+                                        BatchedInput::kTables, f)));
+    }
+    const std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> found =
+        LookupTableVariables(ctx, handles);
     std::vector<BatchedFeature> features(num_features_);
     // The values of tables given as variable handles, held for the call.
     std::vector<Tensor> variables(num_features_);
     for (int64_t f = 0; f < num_features_; ++f) {
       BatchedFeature& feature = features[f];
       const Tensor* table = &variables[f];
-      if (attrs_.table_is_handle[f]) {
-        const bool named = !named_tables_.empty();
-        const tensorflow::ResourceHandle& handle =
-            named ? named_tables_[f]
-                  : tensorflow::HandleFromInput(
-                        ctx, static_cast<int>(attrs_.InputIndex(
-                                 BatchedInput::kTables, f)));
+      if (handles[f] != nullptr) {
         OP_REQUIRES_OK(ctx, Labeled(f, ReadTableVariable(
-                                           ctx, handle, named,
-                                           attrs_.table_dtypes[f],
+                                           ctx, *handles[f], found[f].get(),
+                                           named, attrs_.table_dtypes[f],
                                            &variables[f])));
       } else {
         table = &tables[static_cast<int>(f)];

@@ -704,6 +704,18 @@ class BatchedVariableTablesTest(tf.test.TestCase, parameterized.TestCase):
                                     r"before the call\): .*tfce_never_assigned"):
             self.run_features([handle_feature(handle, tf.float16)])
 
+    def test_missing_variable_after_found_ones_is_named(self):
+        # The op looks all handles up at once; the one not found is still
+        # reported with its own feature, after the ones that were.
+        present = tf.Variable(np.ones((4, 2), np.float16))
+        missing = tf.raw_ops.VarHandleOp(dtype=tf.float16, shape=[4, 2],
+                                         shared_name="tfce_never_assigned_2")
+        with self.assertRaisesRegex(tf.errors.NotFoundError,
+                                    r"feature 2: table variable not found "
+                                    r".*tfce_never_assigned_2"):
+            self.run_features([handle_feature(present.handle, tf.float16)] * 2
+                              + [handle_feature(missing, tf.float16)])
+
     def test_variable_of_another_dtype_is_named(self):
         variable = tf.Variable(np.ones((4, 2), np.float16))
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
@@ -849,6 +861,16 @@ class BatchedNamedTablesTest(tf.test.TestCase, parameterized.TestCase):
                                     r"container '.*' of this device's resource "
                                     r"manager: create or restore it before the call"):
             self.by_name([feature], ["tfce_never_created"])
+
+    def test_missing_variable_among_found_ones_is_named(self):
+        self.named_variable("tfce_named_present", np.ones((4, 2), np.float16))
+        feature = handle_feature(
+            tf.constant(np.ones((4, 2), np.float16)), tf.float16)
+        with self.assertRaisesRegex(tf.errors.NotFoundError,
+                                    r"feature 1: no table variable named "
+                                    r"'tfce_never_created_1'"):
+            self.by_name([feature] * 3, ["tfce_named_present", "tfce_never_created_1",
+                                         "tfce_named_present"])
 
     def test_table_names_attr_errors(self):
         self.named_variable("tfce_named_errors", np.ones((4, 2), np.float16))
