@@ -3,8 +3,11 @@ the per-file flags of the one source table, kernels/sources.bzl, for the C++
 kernel tests and the C++ benchmarks (no TensorFlow needed)."""
 import ast
 import concurrent.futures
+import hashlib
 import os
+import shutil
 import subprocess
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES_FILE = "kernels/sources.bzl"
@@ -51,6 +54,48 @@ def compile_kernels(out_dir, extra_flags=(), opt="-O3"):
         return [future.result() for future in futures]
 
 
+CACHE_DIR = os.path.join(ROOT, "build", "kernel_objects")
+
+
+def _cache_key(extra_flags, opt):
+    """A digest of all the kernel objects depend on: the compiler, the flags
+    and every file in kernels/core/ (the kernel sources include only those
+    and system headers)."""
+    digest = hashlib.sha256()
+    digest.update(subprocess.run(["g++", "--version"], capture_output=True,
+                                 check=True).stdout)
+    digest.update(repr((opt, tuple(extra_flags),
+                        sorted(kernel_sources().items()))).encode())
+    core = os.path.join(ROOT, "kernels", "core")
+    for name in sorted(os.listdir(core)):
+        digest.update(name.encode())
+        with open(os.path.join(core, name), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def cached_kernel_objects(extra_flags=(), opt="-O3"):
+    """compile_kernels' objects, kept in build/kernel_objects/ and reused
+    while the compiler, the flags and kernels/core/ are unchanged: the C++
+    benchmarks each link them, and compiling them is most of a benchmark's
+    build. Safe for concurrent callers: each compiles into a staging
+    directory and the first to finish publishes it."""
+    final = os.path.join(CACHE_DIR, _cache_key(extra_flags, opt))
+    if not os.path.isdir(final):
+        os.makedirs(CACHE_DIR, exist_ok=True)
+        staging = tempfile.mkdtemp(dir=CACHE_DIR, prefix=".staging-")
+        try:
+            compile_kernels(staging, extra_flags, opt)
+            os.rename(staging, final)
+        except OSError:
+            if not os.path.isdir(final):
+                raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return [os.path.join(final, os.path.basename(src) + ".o")
+            for src in kernel_sources()]
+
+
 SANITIZED_BUILD_TEMP = os.path.join(ROOT, "build", "asan", "tmp")
 
 
@@ -69,8 +114,9 @@ def sanitized_core_objects():
 
 def build_benchmark(out_dir, source, flags=("-O2",)):
     """Links the C++ benchmark `source` (a path from the repo root) with the
-    kernels and their support sources; returns the binary's path."""
-    objects = compile_kernels(out_dir)
+    kernels (cached_kernel_objects) and their support sources; returns the
+    binary's path."""
+    objects = cached_kernel_objects()
     binary = os.path.join(out_dir, os.path.splitext(os.path.basename(source))[0])
     subprocess.run(["g++", "-std=c++17", *flags, "-I.", source,
                     *SUPPORT_SOURCES, *objects, "-o", binary, "-pthread"],

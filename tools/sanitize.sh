@@ -2,7 +2,7 @@
 # The op tests on an ASan+UBSan build of the op library, once per kernel row
 # this CPU supports (TFCE_ISA). Fails if pytest fails on any row or if a
 # sanitizer reported anything (the reports are printed). One summary line per
-# row. For CI: 10-13 minutes on 2 shared cores, about half of it the build.
+# row.
 #
 # The sanitized library is built into build/asan/ by tools/build_sanitized.sh
 # (TFCE_SANITIZE=1, see setup.py), whose core objects the C++ kernel tests
@@ -16,15 +16,20 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 unset TFCE_ISA  # the rows are chosen below, one per run
 start=$SECONDS
 
-# Test files that run the ops; the kernels see every row through them, and
-# every storage format (int8_split, fp16, int8 and int4 records): the files
-# are parameterised over quantization.FORMATS.
-# The Keras layer tests run them too (clean under this build, but about a
+# Test files that run the ops. The op files run on every row: they give
+# each row's kernels every storage format (they are parameterised over
+# quantization.FORMATS), dims 1..33 and every bad input, as
+# tests/kernels/test_isa.py's per-row op suite does without sanitizers. The
+# files of the paths around the ops (the sparse API, gradients,
+# SavedModels), which reach the same kernels through them, run on the
+# first row, the CPU's best.
+# The Keras layer tests run the ops too (clean under this build, but about a
 # minute a row): pass them as arguments when there is time.
 T=tests/tf_compressed_embedding
-TESTS=("$T/test_lookup_op.py" "$T/test_fused_decode_axpy_op.py"
-       "$T/test_batched_op.py"
-       "$T/test_sparse_api.py" "$T/test_gradients.py" "$T/test_savedmodel.py")
+OP_TESTS=("$T/test_lookup_op.py" "$T/test_fused_decode_axpy_op.py"
+          "$T/test_batched_op.py")
+PATH_TESTS=("$T/test_sparse_api.py" "$T/test_gradients.py"
+            "$T/test_savedmodel.py")
 
 out=build/asan
 echo "== building the ASan+UBSan op library into $out/ (log: $out/build.log)"
@@ -115,13 +120,19 @@ echo "== kernel rows: $rows"
 
 failed=0
 summary=()
+first_row=1
 for isa in $rows; do
+  tests=("${OP_TESTS[@]}")
+  if ((first_row)); then
+    tests+=("${PATH_TESTS[@]}")
+    first_row=0
+  fi
   mkdir "$logs/$isa"
   sanitizer_env "$logs/$isa"
   row_start=$SECONDS
   rc=0
   TFCE_ISA=$isa sanitized_python -m pytest -q -p no:cacheprovider --capture=sys \
-    "${TESTS[@]}" "$@" >"$logs/$isa/pytest.out" 2>&1 || rc=$?
+    "${tests[@]}" "$@" >"$logs/$isa/pytest.out" 2>&1 || rc=$?
   seconds=$((SECONDS - row_start))
   count_reports "$logs/$isa" "$logs/$isa/pytest.out"
   passed=$(grep -Eo '[0-9]+ passed' "$logs/$isa/pytest.out" | tail -n 1 || true)

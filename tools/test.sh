@@ -11,6 +11,13 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 
 bash tools/setup.sh
 
+# The oldest-TensorFlow venv (the last stage's) is made meanwhile: it is
+# mostly downloading, which the stages before it leave room for.
+mkdir -p build
+oldest_venv_log=build/oldest_tf_venv.log
+bash tools/test_oldest_tf.sh --venv-only >"$oldest_venv_log" 2>&1 &
+oldest_venv_pid=$!
+
 # Test files run in parallel, one worker per core (at most 4): pytest-xdist,
 # a whole file per worker (--dist loadfile), so a module's fixtures (models
 # built and exported once per file) are not built twice. TFCE_TEST_WORKERS
@@ -68,5 +75,10 @@ section "the whole pytest suite (pip-built library)"
   --durations=20 --deselect tests/kernels/test_isa.py::test_op_suite_on_every_row "$@"
 
 section "the oldest supported TensorFlow: build, op, layer and export tests"
+if ! wait "$oldest_venv_pid"; then
+  cat "$oldest_venv_log" >&2
+  echo "test.sh: making the oldest-TensorFlow venv failed (log above)" >&2
+  exit 1
+fi
 bash tools/test_oldest_tf.sh "${PARALLEL[@]}"
 section "done"

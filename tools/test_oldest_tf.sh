@@ -9,6 +9,8 @@
 # The venv is kept in build/ and reused while its TensorFlow is right.
 #
 #   bash tools/test_oldest_tf.sh [pytest args...]
+#   bash tools/test_oldest_tf.sh --venv-only   # only make the venv (tools/test.sh
+#                                              # runs this beside its first stages)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -36,6 +38,9 @@ sys.exit(tf.__version__ != '$TF_VERSION' or keras.__version__ != '$KERAS_VERSION
     "keras==$KERAS_VERSION" "setuptools>=64" wheel rich pytest
   # Tests only: TF Serving's protos; --no-deps keeps the venv's TensorFlow.
   "$venv/bin/pip" install -q --no-deps "tensorflow-serving-api==$TF_MAJOR_MINOR.*"
+fi
+if [[ ${1:-} == --venv-only ]]; then
+  exit 0
 fi
 # Tests only: run test files in parallel (tools/test.sh passes -n N).
 "$venv/bin/python" -c "import xdist" 2>/dev/null ||

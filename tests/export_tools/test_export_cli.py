@@ -97,10 +97,10 @@ def test_existing_destination_needs_overwrite(lookups_model, tmp_path):
     dst.mkdir()
     (dst / "old_file").write_text("x")
     with pytest.raises(ExportError, match="exists; pass overwrite=True"):
-        compress_saved_model(lookups_model.path, str(dst), min_rows=1, verify=False)
+        compress_saved_model(lookups_model.path, str(dst), min_rows=1, verify=False, isolate=False)
     assert os.listdir(dst) == ["old_file"]
     compress_saved_model(lookups_model.path, str(dst), min_rows=1, verify=False,
-                         overwrite=True)
+                         overwrite=True, isolate=False)
     assert "saved_model.pb" in os.listdir(dst) and "old_file" not in os.listdir(dst)
     assert sorted(os.listdir(tmp_path)) == ["dst"]
 
@@ -210,20 +210,21 @@ def test_failure_at_any_step_leaves_no_output(lookups_model, tmp_path, monkeypat
         monkeypatch.setattr(compress.output_model, step, _fail)
         expected = RuntimeError
     with pytest.raises(expected):
-        compress_saved_model(lookups_model.path, str(tmp_path / "dst"), min_rows=1)
+        compress_saved_model(lookups_model.path, str(tmp_path / "dst"), min_rows=1, isolate=False)
     assert os.listdir(tmp_path) == [], "a partial output or temporary directory was left"
     assert tree_digest(lookups_model.path) == digest
 
 
 def test_default_min_rows_skips_small_tables(lookups_model, tmp_path):
     with pytest.raises(ExportError, match="no float32 rank-2 variable of at least 1000 rows"):
-        compress_saved_model(lookups_model.path, str(tmp_path / "dst"), verify=False)
+        compress_saved_model(lookups_model.path, str(tmp_path / "dst"), verify=False, isolate=False)
 
 
 def test_tables_and_signatures_select(lookups_model, tmp_path):
     report = compress_saved_model(lookups_model.path, str(tmp_path / "dst"), min_rows=1,
                                   tables="^(item|tag)$", signatures=["pooled"],
-                                  examples={"pooled": lookups_model.examples["pooled"]})
+                                  examples={"pooled": lookups_model.examples["pooled"]},
+                                  isolate=False)
     assert sorted(t.name for t in report.tables) == ["item", "tag"]
     assert sorted(report.verification) == ["pooled"]
     loaded = tf.saved_model.load(str(tmp_path / "dst"))
@@ -233,7 +234,7 @@ def test_tables_and_signatures_select(lookups_model, tmp_path):
 def test_unknown_signature_refused(lookups_model, tmp_path):
     with pytest.raises(ExportError, match="no signature 'nope'"):
         compress_saved_model(lookups_model.path, str(tmp_path / "dst"), min_rows=1,
-                             signatures=["nope"])
+                             signatures=["nope"], isolate=False)
 
 
 def test_keep_leaves_a_tied_table_fp32(tmp_path):
@@ -248,7 +249,7 @@ def test_keep_leaves_a_tied_table_fp32(tmp_path):
         return {"logits": tf.matmul(h, module.tied, transpose_b=True)}
     tf.saved_model.save(module, str(tmp_path / "src"), signatures=serve)
     report = compress_saved_model(str(tmp_path / "src"), str(tmp_path / "dst"),
-                                  min_rows=1, keep="^tied$")
+                                  min_rows=1, keep="^tied$", isolate=False)
     assert [t.name for t in report.tables] == ["plain"] and report.verified
     assert report.kept_fp32 == ["tied"]
     reader = tf.train.load_checkpoint(str(tmp_path / "dst" / "variables" / "variables"))
@@ -274,7 +275,7 @@ def test_progress_reports_every_row(lookups_model, tmp_path):
 
     recorder = Recorder()
     compress_saved_model(lookups_model.path, str(tmp_path / "dst"), min_rows=1,
-                         chunk_rows=7, verify=False, progress=recorder)
+                         chunk_rows=7, verify=False, progress=recorder, isolate=False)
     assert recorder.tables == {k: v[0] for k, v in lookups_model.tables.items()}
     assert recorder.rows == sum(recorder.tables.values())
     assert "writing the compressed checkpoint" in recorder.stages
@@ -295,7 +296,7 @@ def test_large_kept_variables_are_streamed_too(lookups_model, tmp_path, monkeypa
     are copied chunk by chunk like the tables, and keep their full shapes."""
     monkeypatch.setattr(compress, "_SMALL_VARIABLE_BYTES", 0)
     report = compress_saved_model(lookups_model.path, str(tmp_path / "dst"), min_rows=1,
-                                  tables="^item$", chunk_rows=5)
+                                  tables="^item$", chunk_rows=5, isolate=False)
     assert report.verified and [t.name for t in report.tables] == ["item"]
     reader = tf.train.load_checkpoint(str(tmp_path / "dst" / "variables" / "variables"))
     shapes = {tuple(s) for s in reader.get_variable_to_shape_map().values()}

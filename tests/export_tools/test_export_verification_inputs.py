@@ -118,7 +118,7 @@ def test_npz_examples_with_strings(string_model, tmp_path, as_object):
              **{f"serving_default/{k}": v for k, v in stored.items()})
     examples = load_examples(str(tmp_path / "ex.npz"))
     report = compress_saved_model(string_model, str(tmp_path / "dst"),
-                                  dtype="int8", min_rows=1, examples=examples)
+                                  dtype="int8", min_rows=1, examples=examples, isolate=False)
     assert report.verified and report.verification["serving_default"]["out"] > 0
     _assert_matches_source(string_model, str(tmp_path / "dst"), feed)
 
@@ -147,7 +147,7 @@ def test_prediction_log_examples(string_model, tmp_path):
     assert [r["country"].tolist() for r in examples["serving_default"]] == [
         [s.encode() for s in f["country"]] for f in (first, second)]
     report = compress_saved_model(string_model, str(tmp_path / "dst"),
-                                  dtype="fp16", min_rows=1, examples=examples)
+                                  dtype="fp16", min_rows=1, examples=examples, isolate=False)
     assert report.verified
     # Without a warmup file of its own, the source's requests become the output's.
     assert report.warmup_requests == 2
@@ -176,7 +176,7 @@ def test_every_source_warmup_request_is_verified_on(tmp_path):
     with pytest.raises(ExportError, match=r"running .*src failed: signature "
                                           r"'serving_default' request 2: "
                                           r"InvalidArgumentError"):
-        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", min_rows=1)
+        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", min_rows=1, isolate=False)
     assert not os.path.exists(tmp_path / "dst")
 
 
@@ -193,7 +193,7 @@ def test_source_warmup_requests_are_verified_on_and_kept(tmp_path):
     source_warmup = os.path.join(src, warmup.WARMUP_FILE)
     _write_prediction_logs(source_warmup, [("serving_default", feed)] * 3)
     report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
-                                  min_rows=1)  # default options
+                                  min_rows=1, isolate=False)  # default options
     assert report.verified and report.warmup_requests == 3
     with open(source_warmup, "rb") as a, open(
             os.path.join(tmp_path / "dst", warmup.WARMUP_FILE), "rb") as b:
@@ -207,7 +207,7 @@ def test_corrupt_source_warmup_file_is_named(tmp_path):
         f.write(b"not a tfrecord at all, but long enough to have a header")
     with pytest.raises(ExportError, match="tf_serving_warmup_requests is not a "
                                           "TFRecord.*--examples"):
-        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", min_rows=1)
+        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", min_rows=1, isolate=False)
 
 
 # -- examples checked against the signature --------------------------------
@@ -216,7 +216,7 @@ def test_wider_integer_examples_are_cast_when_lossless(string_model, tmp_path):
     feed = string_feed(np.random.default_rng(4))
     examples = {"serving_default": dict(feed, item=feed["item"].astype(np.int64))}
     report = compress_saved_model(string_model, str(tmp_path / "dst"),
-                                  dtype="int8", min_rows=1, examples=examples)
+                                  dtype="int8", min_rows=1, examples=examples, isolate=False)
     assert report.verified
 
 
@@ -241,7 +241,7 @@ def test_examples_that_do_not_fit_the_signature_are_named(
     examples = {"serving_default": change(string_feed(np.random.default_rng(5)))}
     with pytest.raises(ExportError, match=message):
         compress_saved_model(string_model, str(tmp_path / "dst"), dtype="int8",
-                             min_rows=1, examples=examples)
+                             min_rows=1, examples=examples, isolate=False)
     assert not os.path.exists(tmp_path / "dst")
 
 
@@ -250,7 +250,7 @@ def test_examples_for_a_signature_not_exported(string_model, tmp_path):
                 "other": {}}
     with pytest.raises(ExportError, match=r"signatures \['other'\] are not exported"):
         compress_saved_model(string_model, str(tmp_path / "dst"), dtype="int8",
-                             min_rows=1, examples=examples)
+                             min_rows=1, examples=examples, isolate=False)
 
 
 # -- outputs that are not floats -------------------------------------------
@@ -265,7 +265,7 @@ def test_ranked_names_with_scores_may_trade_places_on_near_ties(tmp_path):
     src = build_ranking_model(str(tmp_path / "src"), with_scores=True)
     feed = {"user": np.arange(ROWS, dtype=np.int64)}
     report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
-                                  min_rows=1, examples={"serving_default": feed})
+                                  min_rows=1, examples={"serving_default": feed}, isolate=False)
     assert report.verified
     # Run both models here too: int8 does reorder near ties on this feed,
     # the tool counted exactly those, and the scores stay within the
@@ -284,13 +284,14 @@ def test_ranked_names_without_scores_that_differ_are_refused(tmp_path):
     with pytest.raises(ExportError, match="output 'names' .* values differ from "
                                           "the source.*no scores of its shape"):
         compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
-                             min_rows=1, examples={"serving_default": {"user": user}})
+                             min_rows=1, examples={"serving_default": {"user": user}},
+                             isolate=False)
 
 
 def test_string_outputs_that_agree_verify(tmp_path):
     src = build_ranking_model(str(tmp_path / "src"), with_scores=False)
     report = compress_saved_model(src, str(tmp_path / "dst"), dtype="fp16",
-                                  min_rows=1, ops="stock")
+                                  min_rows=1, ops="stock", isolate=False)
     assert report.verified
     assert report.verification["serving_default"]["names"] == 0
 
@@ -314,7 +315,7 @@ def test_a_failing_run_is_quoted_with_its_message(tmp_path):
     src = str(tmp_path / "src")
     tf.saved_model.save(module, src, signatures={"serving_default": serve})
     with pytest.raises(ExportError) as raised:
-        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", min_rows=1)
+        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", min_rows=1, isolate=False)
     message = str(raised.value)
     assert "signature 'serving_default': InvalidArgumentError" in message
     assert "weights must be below -1 for this model" in message
@@ -353,7 +354,7 @@ def test_string_keys_are_drawn_from_the_loaded_table(string_model, tmp_path):
     assert set(country) - set(VOCAB) == {input_generation.UNKNOWN_KEY}
     assert len(set(country) & set(VOCAB)) >= 2
     report = compress_saved_model(string_model, str(tmp_path / "dst"),
-                                  dtype="int8", min_rows=1)  # default options
+                                  dtype="int8", min_rows=1, isolate=False)  # default options
     assert report.verified
 
 
@@ -391,7 +392,7 @@ def test_ragged_tensor_spec_argument(tmp_path):
     _assert_valid_splits(feed["ids_1"], feed["ids"], input_generation.DEFAULT_BATCH)
     assert feed["ids"].min() >= 0 and feed["ids"].max() < ROWS
     report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
-                                  min_rows=1)
+                                  min_rows=1, isolate=False)
     assert report.verified
 
 
@@ -416,7 +417,7 @@ def test_hand_written_values_and_row_partition(tmp_path, partition):
         [[0], np.cumsum(part)])
     _assert_valid_splits(splits, feed["tags_values"], input_generation.DEFAULT_BATCH)
     report = compress_saved_model(src, str(tmp_path / "dst"), dtype="fp16",
-                                  min_rows=1)
+                                  min_rows=1, isolate=False)
     assert report.verified
 
 
@@ -441,7 +442,7 @@ def test_sparse_tensor_spec_argument(tmp_path):
         flat = np.ravel_multi_index(cells.T, feed[shape])
         assert np.all(np.diff(flat) > 0)  # unique, row-major
     report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
-                                  min_rows=1)
+                                  min_rows=1, isolate=False)
     assert report.verified
 
 
@@ -456,7 +457,7 @@ def test_hashed_string_input_gets_words(tmp_path):
     src = _save(module, str(tmp_path / "src"), serve)
     assert generated_feed(src)["query"].dtype == object
     report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
-                                  min_rows=1)
+                                  min_rows=1, isolate=False)
     assert report.verified
 
 
@@ -495,6 +496,6 @@ def test_serialized_examples_for_a_parse_example_signature(tmp_path):
     assert items.size and items.min() >= 0 and items.max() < ROWS
     assert parsed["age"].shape == (input_generation.DEFAULT_BATCH, 2)
     report = compress_saved_model(src, str(tmp_path / "dst"), dtype="int8",
-                                  min_rows=1)
+                                  min_rows=1, isolate=False)
     assert report.verified
     assert sorted(t.pooled_lookups for t in report.tables) == [1, 1]

@@ -1,7 +1,8 @@
 """Models built by the recommender libraries people train with (TFRS,
 DeepCTR, keras-rs, tf-keras feature columns, plain Keras 3), exported with
 default options int8 with fused ops, fp16 and int4 with stock ops, and
-verified by the tool against the source in fresh processes. EXPECTED is the README's
+verified by the tool against the source in fresh processes (each model in
+one of fp16 and int4 stock, STOCK_FORMATS). EXPECTED is the README's
 compatibility table: which tables convert, and how many lookups end up
 fused-pooled (FusedDecodeAxpy) or row lookups.
 
@@ -94,11 +95,25 @@ def test_int8_fused_export_verifies(built, kind, tmp_path):
             assert name in got, (name, sorted(got))
 
 
-@pytest.mark.parametrize("fmt", ["fp16", "int4"])
-@pytest.mark.parametrize("kind", sorted(EXPECTED))
+# Each model in one of the two formats (every format's stock decode is
+# checked on every source kind of test_export.py); DeepCTR's DeepFM and DCN
+# in fp16, which converts their dim-1 linear tables (int4 leaves them, as
+# test_export_report.py checks).
+STOCK_FORMATS = {"deepctr_dcn": "fp16", "deepctr_deepfm": "fp16", "deepctr_din": "int4",
+                 "keras_rs_dlrm": "int4", "tf2_dense_features": "fp16",
+                 "tfrs_dcn_ranking": "fp16", "tfrs_two_tower_retrieval": "int4"}
+
+
+def test_every_model_has_a_stock_format():
+    assert sorted(STOCK_FORMATS) == sorted(EXPECTED)
+    assert set(STOCK_FORMATS.values()) == {"fp16", "int4"}
+
+
+@pytest.mark.parametrize("kind,fmt", sorted(STOCK_FORMATS.items()))
 def test_stock_export_verifies(built, kind, fmt, tmp_path):
     src, tables = built(kind)
-    report = compress_saved_model(src, str(tmp_path / "dst"), dtype=fmt, ops="stock")
+    report = compress_saved_model(src, str(tmp_path / "dst"), dtype=fmt, ops="stock",
+                                  isolate=False)
     assert report.verified
     assert all(t.pooled_lookups == 0 and t.format == fmt for t in report.tables)
     converted = {t.name for t in report.tables}
@@ -116,9 +131,9 @@ def test_refused_with_what_to_do(built, kind, tmp_path):
     src, _ = built(kind)
     reason, keep, expected = REFUSED[kind]
     with pytest.raises(ExportError, match=f"{reason}.*--keep"):
-        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8")
+        compress_saved_model(src, str(tmp_path / "dst"), dtype="int8", isolate=False)
     assert not os.path.exists(tmp_path / "dst")
     report = compress_saved_model(src, str(tmp_path / "kept"), dtype="int8",
-                                  keep=keep)  # what the message says
+                                  keep=keep, isolate=False)  # what the message says
     assert report.verified
     assert {t.name: (t.lookups, t.pooled_lookups) for t in report.tables} == expected
