@@ -20,6 +20,8 @@ those three checks; the TF-free files (the kernels) get every check.
 Sources compile in parallel, one per CPU (TFCE_BUILD_JOBS=N sets the count),
 and only those whose object is out of date are compiled again: after an edit,
 or for a wheel after an in-place build, only what changed is rebuilt.
+TFCE_BUILD_DRY_RUN=1 prints every compile command, in order, and builds
+nothing (setuptools' own --dry-run did this; newer releases dropped it).
 """
 import ast
 import concurrent.futures
@@ -178,9 +180,14 @@ class BuildOpLibrary(build_ext):
             command = " ".join(self.compiler.compiler_so + args + [source])
             os.makedirs(os.path.dirname(obj), exist_ok=True)
             compiles.append((source, obj, args, command))
+        if os.environ.get("TFCE_BUILD_DRY_RUN") == "1":
+            for source, obj, args, _ in compiles:
+                print(" ".join(self.compiler.compiler_so + args
+                               + ["-c", source, "-o", obj]))
+            return
         stale = [c for c in compiles
                  if self.force or not object_is_current(c[1], c[3])]
-        jobs = 1 if self.dry_run else build_jobs()  # dry run: commands in order
+        jobs = build_jobs()
         if stale:
             print(f"compiling {len(stale)} of {len(compiles)} sources of "
                   f"{ext.name}, {jobs} at a time")
@@ -197,8 +204,6 @@ class BuildOpLibrary(build_ext):
             os.remove(obj + ".cmd")
         self.compiler.compile([source], output_dir=self.build_temp,
                               extra_postargs=args)
-        if self.dry_run:
-            return
         with open(obj + ".cmd", "w") as f:
             f.write(command)
 
