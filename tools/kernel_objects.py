@@ -57,15 +57,14 @@ def compile_kernels(out_dir, extra_flags=(), opt="-O3"):
 CACHE_DIR = os.path.join(ROOT, "build", "kernel_objects")
 
 
-def _cache_key(extra_flags, opt):
+def _cache_key():
     """A digest of all the kernel objects depend on: the compiler, the flags
     and every file in kernels/core/ (the kernel sources include only those
     and system headers)."""
     digest = hashlib.sha256()
     digest.update(subprocess.run(["g++", "--version"], capture_output=True,
                                  check=True).stdout)
-    digest.update(repr((opt, tuple(extra_flags),
-                        sorted(kernel_sources().items()))).encode())
+    digest.update(repr(sorted(kernel_sources().items())).encode())
     core = os.path.join(ROOT, "kernels", "core")
     for name in sorted(os.listdir(core)):
         digest.update(name.encode())
@@ -74,18 +73,19 @@ def _cache_key(extra_flags, opt):
     return digest.hexdigest()[:16]
 
 
-def cached_kernel_objects(extra_flags=(), opt="-O3"):
-    """compile_kernels' objects, kept in build/kernel_objects/ and reused
-    while the compiler, the flags and kernels/core/ are unchanged: the C++
-    benchmarks each link them, and compiling them is most of a benchmark's
-    build. Safe for concurrent callers: each compiles into a staging
-    directory and the first to finish publishes it."""
-    final = os.path.join(CACHE_DIR, _cache_key(extra_flags, opt))
+def cached_kernel_objects():
+    """compile_kernels' objects (its default flags), kept in
+    build/kernel_objects/ and reused while the compiler, the flags and
+    kernels/core/ are unchanged: the C++ benchmarks each link them, and
+    compiling them is most of a benchmark's build. Safe for concurrent
+    callers: each compiles into a staging directory and the first to finish
+    publishes it."""
+    final = os.path.join(CACHE_DIR, _cache_key())
     if not os.path.isdir(final):
         os.makedirs(CACHE_DIR, exist_ok=True)
         staging = tempfile.mkdtemp(dir=CACHE_DIR, prefix=".staging-")
         try:
-            compile_kernels(staging, extra_flags, opt)
+            compile_kernels(staging)
             os.rename(staging, final)
         except OSError:
             if not os.path.isdir(final):
