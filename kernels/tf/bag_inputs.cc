@@ -1,5 +1,6 @@
 #include "kernels/tf/bag_inputs.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/base/optimization.h"
@@ -66,24 +67,40 @@ absl::Status CopyRowSplits(const Split* splits, int64_t size, int64_t num_ids,
   return absl::OkStatus();
 }
 
+// Bytes of ids PackPadded keeps requested ahead of the row it packs. A
+// request's ids were often written long before the call (a feed's tensors,
+// a batch assembled elsewhere), so each feature's ids would otherwise wait
+// on memory line by line: a feature's few rows are too short a stream for
+// the hardware prefetcher to run ahead of.
+constexpr int64_t kPackPrefetchBytes = 1024;
+constexpr int64_t kCacheLineBytes = 64;
+
 // Every id is written at the next free slot before it is known to be kept
-// (n <= the index read, within the buffer's ids.NumElements()), and the slot
+// (n <= the index read, within the buffer's rows * width), and the slot
 // advances only past ids >= 0: no branch on the padding, which comes in no
 // pattern a branch predictor learns.
 template <typename Index, bool kWeighted>
 absl::Status PackPadded(const Tensor& ids, const Tensor& weights,
-                        int64_t table_rows, Tensor* packed_ids,
-                        Tensor* packed_weights, int64_t* offsets,
+                        int64_t table_rows, void* packed_ids,
+                        float* packed_weights, int64_t* offsets,
                         int64_t* rows_with_ids) {
   const int64_t rows = ids.dim_size(0), width = ids.dim_size(1);
   const Index* in = ids.flat<Index>().data();
   const float* in_weights = kWeighted ? weights.flat<float>().data() : nullptr;
-  Index* out = packed_ids->flat<Index>().data();
-  float* out_weights = kWeighted ? packed_weights->flat<float>().data() : nullptr;
+  Index* out = static_cast<Index*>(packed_ids);
+  const char* const in_end = reinterpret_cast<const char*>(in + rows * width);
+  const char* requested = reinterpret_cast<const char*>(in);
   int64_t n = 0;
   offsets[0] = 0;
   *rows_with_ids = 0;
   for (int64_t r = 0; r < rows; ++r) {
+    const char* const ahead = std::min(
+        in_end,
+        reinterpret_cast<const char*>(in + (r + 1) * width) +
+            kPackPrefetchBytes);
+    for (; requested < ahead; requested += kCacheLineBytes) {
+      __builtin_prefetch(requested);
+    }
     for (int64_t i = r * width; i < (r + 1) * width; ++i) {
       const Index id = tensorflow::internal::SubtleMustCopy(in[i]);
       if (ABSL_PREDICT_FALSE(id >= table_rows)) {
@@ -93,7 +110,7 @@ absl::Status PackPadded(const Tensor& ids, const Tensor& weights,
             " rows (ids < 0 are padding)");
       }
       out[n] = id;
-      if (kWeighted) out_weights[n] = in_weights[i];
+      if (kWeighted) packed_weights[n] = in_weights[i];
       n += id >= 0;
     }
     offsets[r + 1] = n;
@@ -104,9 +121,18 @@ absl::Status PackPadded(const Tensor& ids, const Tensor& weights,
 
 }  // namespace
 
+void PrefetchPaddedIds(const Tensor& ids) {
+  const char* data = static_cast<const char*>(ids.data());
+  const int64_t bytes =
+      std::min<int64_t>(ids.TotalBytes(), kPackPrefetchBytes);
+  for (int64_t b = 0; b < bytes; b += kCacheLineBytes) {
+    __builtin_prefetch(data + b);
+  }
+}
+
 absl::Status PackPaddedIds(const Tensor& ids, const Tensor& weights,
-                           int64_t table_rows, Tensor* packed_ids,
-                           Tensor* packed_weights, int64_t* offsets,
+                           int64_t table_rows, void* packed_ids,
+                           float* packed_weights, int64_t* offsets,
                            int64_t* rows_with_ids) {
   const bool weighted = weights.dims() == 2;
   const bool int32 = ids.dtype() == tensorflow::DT_INT32;

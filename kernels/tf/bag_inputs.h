@@ -36,15 +36,21 @@ absl::Status RowSplitsToOffsets(const tensorflow::Tensor& row_splits,
 // bag per row: copies row r's ids >= 0, in order, to packed_ids (and, when
 // weights is [rows, width], their weights to packed_weights), writes
 // offsets[0..rows] and sets *rows_with_ids to the last row holding an id
-// + 1 (0 for none). packed_ids has ids' dtype and at least rows * width
-// elements, packed_weights as many floats when weighted. An id >= table_rows
-// is an error naming its position. The copies are what the kernels read, so
-// a concurrent change of the inputs cannot make them read out of bounds.
+// + 1 (0 for none). packed_ids has room for rows * width ids of ids' dtype,
+// packed_weights (null when unweighted) for as many floats. An id >=
+// table_rows is an error naming its position. The copies are what the
+// kernels read, so a concurrent change of the inputs cannot make them read
+// out of bounds.
+// Requests the first ids PackPaddedIds would request ahead of its first
+// row: a caller packing many features calls it for the next feature before
+// it packs this one, so that feature's first rows are on their way.
+void PrefetchPaddedIds(const tensorflow::Tensor& ids);
+
 absl::Status PackPaddedIds(const tensorflow::Tensor& ids,
                            const tensorflow::Tensor& weights,
-                           int64_t table_rows, tensorflow::Tensor* packed_ids,
-                           tensorflow::Tensor* packed_weights,
-                           int64_t* offsets, int64_t* rows_with_ids);
+                           int64_t table_rows, void* packed_ids,
+                           float* packed_weights, int64_t* offsets,
+                           int64_t* rows_with_ids);
 
 }  // namespace tfce
 

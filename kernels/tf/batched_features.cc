@@ -11,6 +11,7 @@
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/framework/types.h"
 
 namespace tfce {
 
@@ -127,33 +128,27 @@ absl::Status ReadMatrixBags(int64_t requested, BatchedFeature* feature) {
   return absl::OkStatus();
 }
 
-// Packs a padded feature's ids >= 0 (and their weights) row by row, and
-// settles its num_bags: the last row with an id + 1 for kRowsWithIds, else
-// at least that.
-absl::Status PackPadded(tensorflow::OpKernelContext* ctx,
-                        BatchedFeature* feature) {
+// Packs a padded feature's ids >= 0 (and their weights) row by row into
+// `padded`, and settles its num_bags: the last row with an id + 1 for
+// kRowsWithIds, else at least that.
+absl::Status PackPadded(PaddedBuffers* padded, BatchedFeature* feature) {
   const Tensor& ids = *feature->ids;
   const Tensor& weights = *feature->weights;
   const int64_t rows = ids.dim_size(0);
-  const TensorShape capacity({ids.NumElements()});
-  BatchedFeature::Packed& packed = feature->packed.emplace();
-  TF_RETURN_IF_ERROR(ctx->allocate_temp(ids.dtype(), capacity, &packed.ids));
+  const int64_t capacity = ids.NumElements();
   const bool weighted = weights.dims() == 2;
-  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_FLOAT,
-                                        weighted ? capacity : TensorShape({0}),
-                                        &packed.weights));
-  TF_RETURN_IF_ERROR(ctx->allocate_temp(
-      tensorflow::DT_INT64, TensorShape({rows + 1}), &packed.offsets));
-  int64_t* offsets = packed.offsets.flat<int64_t>().data();
+  void* packed_ids = padded->TakeIds(capacity, ids.dtype());
+  float* packed_weights = weighted ? padded->TakeWeights(capacity) : nullptr;
+  int64_t* offsets = padded->TakeOffsets(rows + 1);
   int64_t rows_with_ids = 0;
   TF_RETURN_IF_ERROR(PackPaddedIds(ids, weights, feature->table.rows,
-                                   &packed.ids, &packed.weights, offsets,
+                                   packed_ids, packed_weights, offsets,
                                    &rows_with_ids));
   feature->num_ids = offsets[rows];
-  packed.ids = packed.ids.Slice(0, feature->num_ids);
-  if (weighted) packed.weights = packed.weights.Slice(0, feature->num_ids);
-  feature->ids = &packed.ids;
-  feature->weights = &packed.weights;
+  feature->packed_ids = packed_ids;
+  feature->packed_weights = packed_weights;
+  feature->packed_offsets = offsets;
+  feature->packed_rows = rows;
   if (feature->num_bags == kRowsWithIds) {
     feature->num_bags = rows_with_ids;
   } else if (feature->num_bags < rows_with_ids) {
@@ -165,6 +160,12 @@ absl::Status PackPadded(tensorflow::OpKernelContext* ctx,
                            "last row holding an id + 1)");
   }
   return absl::OkStatus();
+}
+
+// Bytes of `count` ids of `dtype`, rounded up so the next feature's ids
+// stay 8-byte aligned.
+int64_t IdsBytes(int64_t count, tensorflow::DataType dtype) {
+  return (count * tensorflow::DataTypeSize(dtype) + 7) / 8 * 8;
 }
 
 // CheckBags of row splits: checks them all and writes num_bags + 1 offsets
@@ -186,6 +187,65 @@ absl::Status CheckRowSplits(const BatchedFeature& feature, int64_t* offsets) {
 }
 
 }  // namespace
+
+IdsView BatchedFeature::PooledIds() const {
+  const bool is_int64 = ids->dtype() == tensorflow::DT_INT64;
+  return IdsView{kind == BagKind::kPadded ? packed_ids : ids->data(),
+                 is_int64};
+}
+
+const float* BatchedFeature::PooledWeights() const {
+  if (kind == BagKind::kPadded) return packed_weights;
+  return weights->NumElements() == 0 ? nullptr : weights->flat<float>().data();
+}
+
+absl::Status PaddedBuffers::Allocate(
+    tensorflow::OpKernelContext* ctx,
+    const std::vector<BatchedFeature>& features) {
+  int64_t id_bytes = 0, weights = 0, offsets = 0;
+  for (const BatchedFeature& feature : features) {
+    if (feature.kind != BagKind::kPadded || feature.ids->dims() != 2) continue;
+    const int64_t count = feature.ids->NumElements();
+    id_bytes += IdsBytes(count, feature.ids->dtype());
+    if (feature.weights->dims() == 2) weights += count;
+    offsets += feature.ids->dim_size(0) + 1;
+  }
+  if (id_bytes > 0) {
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(
+        tensorflow::DT_INT64, TensorShape({id_bytes / 8}), &ids_));
+  }
+  if (weights > 0) {
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_FLOAT,
+                                          TensorShape({weights}), &weights_));
+  }
+  if (offsets > 0) {
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_INT64,
+                                          TensorShape({offsets}), &offsets_));
+  }
+  return absl::OkStatus();
+}
+
+void* PaddedBuffers::TakeIds(int64_t count, tensorflow::DataType dtype) {
+  char* base = static_cast<char*>(ids_.data());
+  void* taken = base + ids_taken_;
+  ids_taken_ += IdsBytes(count, dtype);
+  DCHECK_LE(ids_taken_, ids_.TotalBytes());
+  return taken;
+}
+
+float* PaddedBuffers::TakeWeights(int64_t count) {
+  float* taken = static_cast<float*>(weights_.data()) + weights_taken_;
+  weights_taken_ += count;
+  DCHECK_LE(weights_taken_, weights_.NumElements());
+  return taken;
+}
+
+int64_t* PaddedBuffers::TakeOffsets(int64_t count) {
+  int64_t* taken = static_cast<int64_t*>(offsets_.data()) + offsets_taken_;
+  offsets_taken_ += count;
+  DCHECK_LE(offsets_taken_, offsets_.NumElements());
+  return taken;
+}
 
 std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>>
 LookupTableVariables(
@@ -269,8 +329,8 @@ absl::Status ReadTableVariable(tensorflow::OpKernelContext* ctx,
   return absl::OkStatus();
 }
 
-absl::Status ReadFeatureBags(tensorflow::OpKernelContext* ctx, BagCount count,
-                             const Tensor* num_bags, BatchedFeature* feature) {
+absl::Status ReadFeatureBags(BagCount count, const Tensor* num_bags,
+                             PaddedBuffers* padded, BatchedFeature* feature) {
   int64_t requested = count == BagCount::kRowsOfBags ? kRowsOfBags
                                                      : kRowsWithIds;
   if (count == BagCount::kGiven) {
@@ -280,7 +340,7 @@ absl::Status ReadFeatureBags(tensorflow::OpKernelContext* ctx, BagCount count,
     return ReadVectorBags(requested, feature);
   }
   TF_RETURN_IF_ERROR(ReadMatrixBags(requested, feature));
-  return feature->kind == BagKind::kPadded ? PackPadded(ctx, feature)
+  return feature->kind == BagKind::kPadded ? PackPadded(padded, feature)
                                            : absl::OkStatus();
 }
 
@@ -301,11 +361,9 @@ absl::Status CheckBags(const BatchedFeature& feature, int64_t* offsets) {
       return absl::OkStatus();
     case BagKind::kPadded:
       if (offsets != nullptr) {  // rows past ids' are empty bags
-        const Tensor& packed_offsets = feature.packed->offsets;
-        const int64_t rows = packed_offsets.dim_size(0) - 1;
-        const int64_t* packed = packed_offsets.flat<int64_t>().data();
         for (int64_t b = 0; b <= feature.num_bags; ++b) {
-          offsets[b] = packed[std::min(b, rows)];
+          offsets[b] =
+              feature.packed_offsets[std::min(b, feature.packed_rows)];
         }
       }
       return absl::OkStatus();
@@ -314,6 +372,7 @@ absl::Status CheckBags(const BatchedFeature& feature, int64_t* offsets) {
 }
 
 absl::Status CheckFeatureIds(const BatchedFeature& feature) {
+  if (feature.kind == BagKind::kPadded) return absl::OkStatus();
   return CheckIds(
       *feature.ids, feature.table.rows,
       feature.kind == BagKind::kSegmentIds ? feature.bag_splits : nullptr);

@@ -6,7 +6,6 @@
 #define TFCE_KERNELS_TF_BATCHED_FEATURES_H_
 
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -39,14 +38,41 @@ struct BatchedFeature {
   const tensorflow::Tensor* weights = nullptr;     // [num_ids], [rows, w], [0]
   int64_t num_ids = 0;
   int64_t num_bags = 0;
-  // kPadded only: the ids >= 0 (and their weights) packed row by row, and
-  // their rows' offsets; `ids` and `weights` point at the packed copies.
-  // Optional so the other kinds make and destroy no Tensor per call.
-  struct Packed {
-    tensorflow::Tensor ids, weights, offsets;
-  };
-  std::optional<Packed> packed;
+  // kPadded only: its ids >= 0 (and their weights; null if unweighted)
+  // packed row by row, and the offsets of ids' rows [packed_rows + 1], in
+  // the call's PaddedBuffers. The kernels read these (PooledIds), not ids.
+  const void* packed_ids = nullptr;
+  const float* packed_weights = nullptr;
+  const int64_t* packed_offsets = nullptr;
+  int64_t packed_rows = 0;
   bool has_work() const { return num_bags > 0 && table.dim > 0; }
+  // The ids and weights the kernels pool (null weights: unweighted).
+  IdsView PooledIds() const;
+  const float* PooledWeights() const;
+};
+
+// One call's room for its padded features' packed ids, weights and row
+// offsets: one buffer of each for them all, handed out feature by feature,
+// instead of three allocations per feature and call.
+class PaddedBuffers {
+ public:
+  // Room for the 'padded' features of `features` (their kind, ids and
+  // weights set): as many ids and weights as their inputs hold, and their
+  // rows + 1 offsets. Inputs of the wrong rank get none (ReadFeatureBags
+  // refuses them before it packs).
+  absl::Status Allocate(tensorflow::OpKernelContext* ctx,
+                        const std::vector<BatchedFeature>& features);
+
+  // The next `count` ids of `dtype`, floats and offsets.
+  void* TakeIds(int64_t count, tensorflow::DataType dtype);
+  float* TakeWeights(int64_t count);
+  int64_t* TakeOffsets(int64_t count);
+
+ private:
+  tensorflow::Tensor ids_, weights_, offsets_;
+  int64_t ids_taken_ = 0, weights_taken_ = 0, offsets_taken_ = 0;  // bytes,
+                                                                   // floats,
+                                                                   // offsets
 };
 
 // The table variables of `handles` (null: a feature without one) looked up
@@ -75,17 +101,18 @@ absl::Status ReadTableVariable(tensorflow::OpKernelContext* ctx,
 // Reads the feature's bag inputs: *feature has its table, kind, ids,
 // bag_splits and weights set; checks their shapes and its num_bags input
 // (when `count` is kGiven; else null), sets num_ids and num_bags and, for
-// padded ids, packs them (their values are checked there; the other kinds'
-// by CheckBags and CheckFeatureIds).
-absl::Status ReadFeatureBags(tensorflow::OpKernelContext* ctx, BagCount count,
+// padded ids, packs them into `padded` (their values are checked there; the
+// other kinds' by CheckBags and CheckFeatureIds).
+absl::Status ReadFeatureBags(BagCount count,
                              const tensorflow::Tensor* num_bags,
-                             BatchedFeature* feature);
+                             PaddedBuffers* padded, BatchedFeature* feature);
 
 // Checks the feature's bag structure and, unless offsets is null, writes
 // its bags' offsets[0..num_bags].
 absl::Status CheckBags(const BatchedFeature& feature, int64_t* offsets);
 
-// CheckIds (op_util.h) of the feature's ids against its table's rows.
+// CheckIds (op_util.h) of the feature's ids against its table's rows;
+// padded ids were checked as they were packed.
 absl::Status CheckFeatureIds(const BatchedFeature& feature);
 
 }  // namespace tfce

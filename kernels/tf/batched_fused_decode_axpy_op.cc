@@ -14,6 +14,7 @@
 #include "kernels/core/dispatch.h"
 #include "kernels/core/kernel_api.h"
 #include "kernels/core/prefetch_policy.h"
+#include "kernels/tf/bag_inputs.h"
 #include "kernels/tf/batched_attrs.h"
 #include "kernels/tf/batched_features.h"
 #include "kernels/tf/huge_pages.h"
@@ -87,10 +88,23 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
     const std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> found =
         LookupTableVariables(ctx, handles);
     std::vector<BatchedFeature> features(num_features_);
+    for (int64_t f = 0; f < num_features_; ++f) {
+      features[f].kind = attrs_.bag_kinds[f];
+      features[f].ids = &ids[f];
+      features[f].bag_splits =
+          input(bag_splits, BatchedInput::kBagSplits, f, nullptr);
+      features[f].weights =
+          input(weights, BatchedInput::kWeights, f, &no_floats_);
+    }
+    PaddedBuffers padded;
+    OP_REQUIRES_OK(ctx, padded.Allocate(ctx, features));
     // The values of tables given as variable handles, held for the call.
     std::vector<Tensor> variables(num_features_);
     for (int64_t f = 0; f < num_features_; ++f) {
       BatchedFeature& feature = features[f];
+      if (f + 1 < num_features_ && features[f + 1].kind == BagKind::kPadded) {
+        PrefetchPaddedIds(*features[f + 1].ids);
+      }
       const Tensor* table = &variables[f];
       if (handles[f] != nullptr) {
         OP_REQUIRES_OK(ctx, Labeled(f, ReadTableVariable(
@@ -106,17 +120,12 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
                                                    attrs_.storages[f],
                                                    attrs_.dims[f],
                                                    &feature.table)));
-      feature.kind = attrs_.bag_kinds[f];
-      feature.ids = &ids[f];
-      feature.bag_splits = input(bag_splits, BatchedInput::kBagSplits, f,
-                                 nullptr);
-      feature.weights = input(weights, BatchedInput::kWeights, f, &no_floats_);
       OP_REQUIRES_OK(
           ctx, Labeled(f, ReadFeatureBags(
-                              ctx, attrs_.bag_counts[f],
+                              attrs_.bag_counts[f],
                               input(num_bags, BatchedInput::kNumBags, f,
                                     nullptr),
-                              &feature)));
+                              &padded, &feature)));
     }
 
     // Outputs: one per feature, or the features' columns side by side.
@@ -215,11 +224,8 @@ class BatchedFusedDecodeAxpyOp : public tensorflow::OpKernel {
       PoolArgs& a = args[f];
       a.table = feature.table;
       AdviseHugePages(feature.table);
-      a.ids = IdsView{feature.ids->data(),
-                      feature.ids->dtype() == tensorflow::DT_INT64};
-      a.weights = feature.weights->NumElements() == 0
-                      ? nullptr
-                      : feature.weights->flat<float>().data();
+      a.ids = feature.PooledIds();
+      a.weights = feature.PooledWeights();
       a.bag_offsets = offsets;
       a.combiner = attrs_.combiners[f];
       a.bag_begin = 0;

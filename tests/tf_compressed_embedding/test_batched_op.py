@@ -136,6 +136,25 @@ class BatchedValuesTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(got[0], one_by_one(ct, user, None, "mean"))
         self.assertAllEqual(got[1], one_by_one(ct, candidates, None, "sum"))
 
+    def test_padded_features_of_mixed_id_types_and_odd_sizes(self):
+        # The op packs every padded feature of a call into one buffer: int32
+        # ids of an odd count before int64 ones, weighted among unweighted,
+        # each equal to the per-table op.
+        rng = np.random.default_rng(25)
+        specs = [(tf.int32, False, 5, 9), (tf.int64, True, 4, 7),
+                 (tf.int32, True, 3, 1), (tf.int64, False, 6, 2),
+                 (tf.int32, False, 1, 5), (tf.int64, True, 2, 11)]
+        features = [random_feature(rng, FORMATS[f % len(FORMATS)], 3 + f,
+                                   batch=batch, max_len=max_len, kind="padded",
+                                   weighted=weighted, id_dtype=dtype)
+                    for f, (dtype, weighted, max_len, batch) in enumerate(specs)]
+        tables, ids, weights = zip(*features)
+        got = tfce.batched_embedding_lookup_sparse(tables, ids, list(weights),
+                                                   combiners="sqrtn")
+        for f, (ct, i, w) in enumerate(features):
+            self.assertAllEqual(got[f], one_by_one(ct, i, w, "sqrtn"),
+                                msg=f"feature {f}: {i.dtype} {i.shape}")
+
     @parameterized.parameters(*FORMATS)
     def test_empty_features_and_zero_width_tables(self, fmt):
         rng = np.random.default_rng(24)
