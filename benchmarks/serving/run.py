@@ -362,11 +362,26 @@ def main(argv=None):
     parser.add_argument("--auto-max-error", type=float,
                         help="the AUTO variant's --max-error (default: twice the largest "
                              "output difference the INT8 fused export's verification measured)")
+    parser.add_argument("--variants",
+                        help="serve only these variants, comma-separated names as in the "
+                             "table (e.g. 'FP32 as exported,INT8 fused,INT8 batched'); only "
+                             "they are exported, and the run prints the request-size "
+                             "table only and writes no results (default: all)")
     parser.add_argument("--no-results", action="store_true",
                         help="do not touch benchmarks/RESULTS.md and results/")
     parser.add_argument("--report-only", action="store_true",
                         help="only re-render results/serving_raw.json of the last run")
     args = parser.parse_args(argv)
+    if args.variants:
+        chosen = [name.strip() for name in args.variants.split(",")]
+        unknown = [name for name in chosen if name not in VARIANTS]
+        if unknown:
+            parser.error(f"--variants: no variant named {', '.join(map(repr, unknown))}; "
+                         f"the variants are {', '.join(VARIANTS)}")
+        for name in list(VARIANTS):
+            if name not in chosen:
+                del VARIANTS[name]
+        args.no_results = True  # a partial table must not replace the section
     args.batches = [int(b) for b in args.batches.split(",")]
     args.batch = args.batches[0]
     os.makedirs(args.workdir, exist_ok=True)
@@ -383,6 +398,9 @@ def main(argv=None):
         reports = export_models(args.workdir, args.auto_max_error)
         facts = run_facts(args)
         runs = serve_all(args, features)
+    if args.variants:  # the request-size table only: the full one needs every variant
+        print(f"{facts}\n\n" + request_size_markdown(request_size_rows(runs)))
+        return
     rows = summarize(runs[args.batch], args.workdir, features, reports)
     section = markdown(rows, facts, args.batch, features, reports)
     if len(runs) > 1 or "INT8 batched" in runs[args.batch]:

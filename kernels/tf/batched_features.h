@@ -70,9 +70,8 @@ class PaddedBuffers {
 
  private:
   tensorflow::Tensor ids_, weights_, offsets_;
-  int64_t ids_taken_ = 0, weights_taken_ = 0, offsets_taken_ = 0;  // bytes,
-                                                                   // floats,
-                                                                   // offsets
+  // What is handed out: bytes of ids_, floats, offsets.
+  int64_t ids_taken_ = 0, weights_taken_ = 0, offsets_taken_ = 0;
 };
 
 // The table variables of `handles` (null: a feature without one) looked up
