@@ -41,16 +41,16 @@ absl::Status RowSplitsToOffsets(const tensorflow::Tensor& row_splits,
 // table_rows is an error naming its position. The copies are what the
 // kernels read, so a concurrent change of the inputs cannot make them read
 // out of bounds.
-// Requests the first ids PackPaddedIds would request ahead of its first
-// row: a caller packing many features calls it for the next feature before
-// it packs this one, so that feature's first rows are on their way.
-void PrefetchPaddedIds(const tensorflow::Tensor& ids);
-
 absl::Status PackPaddedIds(const tensorflow::Tensor& ids,
                            const tensorflow::Tensor& weights,
                            int64_t table_rows, void* packed_ids,
                            float* packed_weights, int64_t* offsets,
                            int64_t* rows_with_ids);
+
+// Requests the first ids PackPaddedIds would request ahead of its first
+// row: a caller packing many features calls it for the next feature before
+// it packs this one, so that feature's first rows are on their way.
+void PrefetchPaddedIds(const tensorflow::Tensor& ids);
 
 }  // namespace tfce
 
